@@ -1,0 +1,31 @@
+# The two set-up commands: `make test` and `make demo`. Both create .venv first.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Prefer Python 3.12 (jax >= 0.11 needs it); fall back to 3.11.
+PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3 python3.11 python3; do \
+	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then echo $$p; break; fi; done)
+PYTEST_ARGS ?=
+
+.PHONY: venv test demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.11 found (set PYTHON=...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+
+demo: venv
+	$(PY) -m pncnn_jax.demo --workdir demo_out
+
+bench: venv
+	$(PY) bench/bench_forward.py --output docs/BENCHMARKS.md
+
+clean:
+	rm -rf $(VENV) demo_out build *.egg-info

@@ -1,0 +1,38 @@
+"""Shared test set-up: strict numerics, two host devices, and the ../shared reference files."""
+
+import os
+import pathlib
+
+# Two host CPU devices for the sharding tests; must be set before jax is imported.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED = pathlib.Path(os.environ.get("PNCNN_SHARED", REPO.parent / "shared")).resolve()
+REFERENCE = SHARED / "reference"
+GOLDEN = REFERENCE / "golden"
+WEIGHTS = REFERENCE / "weights"
+DATA = SHARED / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> pathlib.Path:
+  if not (SHARED / "REFERENCE.md").exists():
+    pytest.fail(f"../shared not found at {SHARED}: the parity tests need it (set PNCNN_SHARED)")
+  return SHARED
+
+
+def load_npz(path) -> dict[str, np.ndarray]:
+  """Loads a whole .npz into a dict (the files are small enough)."""
+  with np.load(path) as f:
+    return {k: f[k] for k in f.files}
+
+
+def nchw_to_nhwc(a: np.ndarray) -> np.ndarray:
+  return np.transpose(a, (0, 2, 3, 1))
