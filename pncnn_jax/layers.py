@@ -1,0 +1,302 @@
+"""Normalized convolution and the confidence-aware resampling of pNCNN, as pure JAX functions (NHWC).
+
+Everything here is a pure function of arrays, testable alone; `NConv2D` and `BatchNorm` are thin Flax Linen
+modules that only own parameters (and BatchNorm statistics) and call these functions.
+
+Conventions: activations are NHWC float32, kernels HWIO. Depth is in metres, confidences are non-negative
+and unitless. Section numbers refer to ../shared/REFERENCE.md (the spec of the official implementation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+Array = jax.Array
+
+# The NConv convolutions always run at full float32 precision: TPUs and recent GPUs default to bf16/TF32
+# passes, and the ratio conv(x*c)/conv(c) amplifies their rounding where the denominator is small.
+NCONV_PRECISION = lax.Precision.HIGHEST
+NCONV_EPS = 1e-20  # added to the denominator (REFERENCE 1.1); representable in float32, not in float16
+_DIMS = ("NHWC", "HWIO", "NHWC")
+
+
+def _check_rank4(name: str, *arrays: Array) -> None:
+  for a in arrays:
+    if a.ndim != 4:
+      raise ValueError(f"{name}: expected NHWC arrays of rank 4, got shape {tuple(a.shape)}")
+
+
+def softplus_beta(x: Array, beta: float = 10.0, threshold: float = 20.0) -> Array:
+  """PyTorch's `softplus(x, beta, threshold)`: (1/beta)*log(1+exp(beta*x)), and x where beta*x > threshold.
+
+  With beta=10 this is the positivity map of the NConv weights (REFERENCE 1.2): W = softplus_10(W_p).
+  """
+  bx = beta * x
+  return jnp.where(bx > threshold, x, jax.nn.softplus(bx) / beta)
+
+
+def nconv(
+    x: Array,
+    c: Array,
+    w: Array,
+    b: Array,
+    *,
+    eps: float = NCONV_EPS,
+    precision=NCONV_PRECISION,
+) -> tuple[Array, Array]:
+  """Normalized convolution (Knutsson & Westin; pNCNN eq. 2, REFERENCE 1.3).
+
+    D     = conv(c, W)                  denominator
+    N     = conv(x * c, W)              numerator
+    x_out = N / (D + eps) + b           bias on the data only
+    c_out = D / sum(W)                  sum over (kh, kw, C_in) per output channel; no bias, no eps
+
+  Stride 1, symmetric zero padding (kh-1)/2 ("same" size for odd kernels), cross-correlation as in PyTorch.
+
+  Args:
+    x: (B, H, W, C_in) data, e.g. depth in metres.
+    c: (B, H, W, C_in) non-negative confidence.
+    w: (kh, kw, C_in, C_out) non-negative effective weights (already through the positivity map).
+    b: (C_out,) bias.
+    eps: added to the denominator.
+    precision: convolution precision; float32 (HIGHEST) by default on every backend.
+
+  Returns:
+    (x_out, c_out), each (B, H, W, C_out).
+  """
+  _check_rank4("nconv", x, c)
+  if x.shape != c.shape:
+    raise ValueError(f"nconv: data {tuple(x.shape)} and confidence {tuple(c.shape)} shapes differ")
+  if w.ndim != 4 or w.shape[2] != x.shape[-1]:
+    raise ValueError(f"nconv: kernel {tuple(w.shape)} does not fit input channels {x.shape[-1]}")
+  kh, kw = w.shape[:2]
+  padding = ((kh // 2, kh // 2), (kw // 2, kw // 2))
+  batch = x.shape[0]
+  # One convolution call for numerator and denominator: stack [x*c; c] along the batch.
+  both = lax.conv_general_dilated(
+      jnp.concatenate([x * c, c], axis=0), w, window_strides=(1, 1), padding=padding,
+      dimension_numbers=_DIMS, precision=precision)
+  num, den = both[:batch], both[batch:]
+  x_out = num / (den + eps) + b.reshape(1, 1, 1, -1)
+  c_out = den / jnp.sum(w, axis=(0, 1, 2), keepdims=True)
+  return x_out, c_out
+
+
+def _windows_2x2(a: Array) -> Array:
+  """(B, H, W, C) -> (B, H//2, W//2, C, 4), window order row-major (dy major, dx minor); odd tails dropped."""
+  bsz, h, w, ch = a.shape
+  h2, w2 = h // 2, w // 2
+  a = a[:, : 2 * h2, : 2 * w2, :].reshape(bsz, h2, 2, w2, 2, ch)
+  return a.transpose(0, 1, 3, 5, 2, 4).reshape(bsz, h2, w2, ch, 4)
+
+
+def confidence_downsample(x: Array, c: Array) -> tuple[Array, Array]:
+  """Confidence-driven 2x2 downsampling (REFERENCE 2.3).
+
+  In each 2x2 window (stride 2, floor: an odd last row/column is dropped) take the element of maximum
+  confidence (first maximum in row-major order wins, as PyTorch's max-pool), return the data there and the
+  confidence there divided by 4. Both are gathered at the same index, so gradients flow only to the
+  selected element, for c as for x.
+
+  Args:
+    x: (B, H, W, C) data.
+    c: (B, H, W, C) confidence.
+
+  Returns:
+    (x_ds, c_ds), each (B, H//2, W//2, C).
+  """
+  _check_rank4("confidence_downsample", x, c)
+  cw = _windows_2x2(c)
+  idx = jnp.argmax(cw, axis=-1)[..., None]  # jnp.argmax returns the first maximum
+  c_ds = jnp.take_along_axis(cw, idx, axis=-1)[..., 0] / 4
+  x_ds = jnp.take_along_axis(_windows_2x2(x), idx, axis=-1)[..., 0]
+  return x_ds, c_ds
+
+
+def _nearest_index(n_in: int, n_out: int) -> np.ndarray:
+  """PyTorch's nearest rule: src = min(floor(dst * (in/out)), in - 1), scale in float32."""
+  scale = np.float32(n_in) / np.float32(n_out)
+  src = np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64)
+  return np.minimum(src, n_in - 1)
+
+
+def nearest_upsample(x: Array, size: Sequence[int]) -> Array:
+  """Nearest-neighbour resize to `size` = (H_out, W_out) with PyTorch's index rule (REFERENCE 2.4).
+
+  Not the half-pixel rule of `jax.image.resize`: src = min(floor(dst * in/out), in - 1). For an exact x2 it
+  is a 2x2 repeat.
+
+  Args:
+    x: (B, H, W, C).
+    size: (H_out, W_out).
+
+  Returns:
+    (B, H_out, W_out, C).
+  """
+  _check_rank4("nearest_upsample", x)
+  h_out, w_out = int(size[0]), int(size[1])
+  _, h, w, _ = x.shape
+  if h_out == 2 * h and w_out == 2 * w:
+    return jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)
+  x = jnp.take(x, _nearest_index(h, h_out), axis=1)
+  return jnp.take(x, _nearest_index(w, w_out), axis=2)
+
+
+def _align_corners_weights(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """Indices and weights of PyTorch's bilinear x2 with align_corners=True, computed in float32."""
+  n_out = 2 * n
+  scale = np.float32(n - 1) / np.float32(n_out - 1) if n_out > 1 else np.float32(0)
+  src = np.arange(n_out, dtype=np.float32) * scale
+  i0 = src.astype(np.int64)  # truncation == floor for non-negative src
+  i1 = np.where(i0 < n - 1, i0 + 1, i0)
+  lam = (src - i0.astype(np.float32)).astype(np.float32)
+  return i0, i1, (np.float32(1) - lam), lam
+
+
+def bilinear_upsample_x2(x: Array) -> Array:
+  """Bilinear x2 upsampling with align_corners=True (REFERENCE 3.3); not `jax.image.resize` (half-pixel).
+
+  out = (1-lh) * [(1-lw) a + lw b] + lh * [(1-lw) c + lw d], with src = dst * (n-1)/(2n-1).
+
+  Args:
+    x: (B, H, W, C).
+
+  Returns:
+    (B, 2H, 2W, C).
+  """
+  _check_rank4("bilinear_upsample_x2", x)
+  _, h, w, _ = x.shape
+  h0, h1, wh0, wh1 = _align_corners_weights(h)
+  w0, w1, ww0, ww1 = _align_corners_weights(w)
+  ww0, ww1 = ww0.reshape(1, 1, -1, 1), ww1.reshape(1, 1, -1, 1)
+  top = jnp.take(x, h0, axis=1)
+  bot = jnp.take(x, h1, axis=1)
+  top = ww0 * jnp.take(top, w0, axis=2) + ww1 * jnp.take(top, w1, axis=2)
+  bot = ww0 * jnp.take(bot, w0, axis=2) + ww1 * jnp.take(bot, w1, axis=2)
+  return wh0.reshape(1, -1, 1, 1) * top + wh1.reshape(1, -1, 1, 1) * bot
+
+
+def max_pool_2x2(x: Array) -> Array:
+  """2x2 max-pool, stride 2, floor mode (odd tails dropped): (B, H, W, C) -> (B, H//2, W//2, C)."""
+  _check_rank4("max_pool_2x2", x)
+  return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+
+def pad_to(x: Array, size: Sequence[int]) -> Array:
+  """Zero-pads (B, h, w, C) to (B, H, W, C) as the reference UNet does: top/left = diff//2, rest bottom/right."""
+  dh, dw = int(size[0]) - x.shape[1], int(size[1]) - x.shape[2]
+  if dh == 0 and dw == 0:
+    return x
+  if dh < 0 or dw < 0:
+    raise ValueError(f"pad_to: cannot pad {tuple(x.shape)} to smaller size {tuple(size)}")
+  return jnp.pad(x, ((0, 0), (dh // 2, dh - dh // 2), (dw // 2, dw - dw // 2), (0, 0)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Batch normalisation with PyTorch semantics (REFERENCE 3.5).
+
+
+def batch_norm(x: Array, mean: Array, var: Array, scale: Array, bias: Array, eps: float = 1e-5) -> Array:
+  """y = (x - mean) / sqrt(var + eps) * scale + bias, per channel (last axis); statistics are (C,)."""
+  as4 = lambda a: a.reshape(1, 1, 1, -1)  # noqa: E731
+  return (x - as4(mean)) * as4(lax.rsqrt(var + eps) * scale) + as4(bias)
+
+
+def batch_moments(x: Array) -> tuple[Array, Array, Array]:
+  """Per-channel batch mean, biased variance (for normalising) and unbiased variance (for the running
+  statistics, as PyTorch), over (B, H, W). Under a data-sharded `jit` these are global over all devices."""
+  n = math.prod(x.shape[:-1])
+  mean = jnp.mean(x, axis=(0, 1, 2))
+  var = jnp.mean(jnp.square(x - mean.reshape(1, 1, 1, -1)), axis=(0, 1, 2))
+  return mean, var, var * (n / max(n - 1, 1))
+
+
+class BatchNorm(nn.Module):
+  """BatchNorm2d with PyTorch semantics: running = (1 - momentum) * running + momentum * batch, where the
+  running variance takes the *unbiased* batch variance (Flax's own BatchNorm uses the biased one).
+
+  Parameters `scale`, `bias`; statistics `batch_stats/{mean, var}`. Input (B, H, W, C).
+  """
+
+  momentum: float = 0.1
+  eps: float = 1e-5
+
+  @nn.compact
+  def __call__(self, x: Array, train: bool) -> Array:
+    ch = x.shape[-1]
+    scale = self.param("scale", nn.initializers.ones, (ch,), jnp.float32)
+    bias = self.param("bias", nn.initializers.zeros, (ch,), jnp.float32)
+    ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((ch,), jnp.float32))
+    ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((ch,), jnp.float32))
+    if not train:
+      return batch_norm(x, ra_mean.value, ra_var.value, scale, bias, self.eps)
+    mean, var, var_unbiased = batch_moments(x)
+    if not self.is_initializing():
+      m = self.momentum
+      ra_mean.value = (1 - m) * ra_mean.value + m * lax.stop_gradient(mean)
+      ra_var.value = (1 - m) * ra_var.value + m * lax.stop_gradient(var_unbiased)
+    return batch_norm(x, mean, var, scale, bias, self.eps)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# NConv2D: the thin module.
+
+
+def poisson_kernel_init(key: Array, shape: Sequence[int], dtype=jnp.float32) -> Array:
+  """The published 'p' init (REFERENCE 1.4): outer product of the Poisson pmf (mu = kh/2) at k = 0..kh-1,
+  repeated over channels, plus independent U[0, 1) noise per element. Shape HWIO (kh, kw, C_in, C_out)."""
+  kh, kw = int(shape[0]), int(shape[1])
+  mu = kh / 2
+  pmf = np.array([math.exp(-mu) * mu**k / math.factorial(k) for k in range(kh)], np.float64)
+  pmf_w = np.array([math.exp(-mu) * mu**k / math.factorial(k) for k in range(kw)], np.float64)
+  bump = np.outer(pmf, pmf_w).astype(np.float32)[:, :, None, None]
+  return (jnp.asarray(bump, dtype) + jax.random.uniform(key, tuple(shape), dtype)).astype(dtype)
+
+
+def kaiming_kernel_init(key: Array, shape: Sequence[int], dtype=jnp.float32) -> Array:
+  """PyTorch `kaiming_uniform_` defaults (a=0, fan_in, gain sqrt 2): U(+-sqrt(6 / fan_in)), fan_in = kh*kw*C_in."""
+  fan_in = int(shape[0]) * int(shape[1]) * int(shape[2])
+  bound = math.sqrt(6.0 / fan_in)
+  return jax.random.uniform(key, tuple(shape), dtype, -bound, bound)
+
+
+NCONV_INITS = {"poisson": poisson_kernel_init, "kaiming": kaiming_kernel_init}
+
+
+class NConv2D(nn.Module):
+  """Normalized convolution layer: owns the raw kernel `kernel_p` (HWIO) and `bias`; W = softplus_10(kernel_p).
+
+  As the reference, the raw parameter is initialised to softplus_10(w_init) and the map is applied again in
+  the forward pass (so W at step 0 is softplus_10(softplus_10(w_init)), REFERENCE 1.2 and 11.3).
+
+  Attributes:
+    features: C_out.
+    kernel_size: odd square kernel size (5, 3 or 1 in pNCNN).
+    kernel_init: 'poisson' (published, nconv1-6) or 'kaiming' (nconv7, and all layers in the repo's current code).
+    beta: softplus sharpness of the positivity map.
+  """
+
+  features: int
+  kernel_size: int
+  kernel_init: str = "poisson"
+  bias_init: float = 0.01
+  beta: float = 10.0
+  eps: float = NCONV_EPS
+
+  @nn.compact
+  def __call__(self, x: Array, c: Array) -> tuple[Array, Array]:
+    _check_rank4(f"NConv2D({self.name})", x, c)
+    if self.kernel_init not in NCONV_INITS:
+      raise ValueError(f"NConv2D: unknown kernel_init {self.kernel_init!r}; expected one of {sorted(NCONV_INITS)}")
+    shape = (self.kernel_size, self.kernel_size, x.shape[-1], self.features)
+    w_init = NCONV_INITS[self.kernel_init]
+    kernel_p = self.param("kernel_p", lambda k, s: softplus_beta(w_init(k, s), self.beta), shape)
+    bias = self.param("bias", nn.initializers.constant(self.bias_init), (self.features,), jnp.float32)
+    return nconv(x, c, softplus_beta(kernel_p, self.beta), bias, eps=self.eps)
