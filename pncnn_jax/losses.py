@@ -1,0 +1,232 @@
+"""Training losses of pNCNN (REFERENCE.md section 5), as pure jnp functions on NHWC arrays.
+
+Every function takes (B, H, W, 1) arrays in metres, with target 0 marking a pixel without ground
+truth (the valid set V is target > 0, pooled over the whole batch), and returns a float32 scalar.
+
+Normalisation, exactly as the official `common/losses.py` computes it:
+
+* `masked_l1`, `masked_l2` divide by **all** B*H*W pixels (invalid pixels contribute 0), REFERENCE
+  section 5 and 11.9. `valid_mean_l1`, `valid_mean_l2` are the same sums divided by |V| instead
+  (not in the reference; offered because they do not depend on the ground-truth density).
+* `gaussian_nll`, `gaussian_nll_exp`, `laplace_nll` divide by |V|.
+
+An empty valid set gives a loss of exactly 0 (not NaN) and zero gradients. Values at invalid
+pixels never reach the result or its gradient, even when they are inf or NaN (the reference
+multiplies by the mask instead, so there `0 * inf` would give NaN).
+
+`LOSSES` maps the names used in configs to functions `(ModelOutput, target) -> scalar`;
+`get_loss(name)` looks one up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import jax
+import jax.numpy as jnp
+
+if TYPE_CHECKING:  # models.py is only needed for the annotation.
+  from pncnn_jax.models import ModelOutput
+
+# Added to the precision inside the log, as in the reference (REFERENCE.md section 5).
+LOG_EPS = 1e-16
+
+
+def _check(name: str, **arrays: jax.Array) -> None:
+  """Raises ValueError unless every array is (B, H, W, 1) with one common shape."""
+  shapes = {k: tuple(jnp.shape(v)) for k, v in arrays.items()}
+  for k, s in shapes.items():
+    if len(s) != 4 or s[-1] != 1:
+      raise ValueError(f"{name}: `{k}` must be (B, H, W, 1) NHWC, got shape {s}")
+  if len(set(shapes.values())) != 1:
+    raise ValueError(f"{name}: all inputs must have the same shape, got {shapes}")
+
+
+def _valid(target: jax.Array) -> jax.Array:
+  return target > 0
+
+
+def _valid_mean(per_pixel: jax.Array, valid: jax.Array) -> jax.Array:
+  """Mean of `per_pixel` over the valid pixels of the whole batch; 0 when there are none."""
+  total = jnp.sum(jnp.where(valid, per_pixel, 0.0))
+  count = jnp.sum(valid, dtype=jnp.int32)
+  return total / jnp.maximum(count, 1).astype(total.dtype)
+
+
+def _abs_err(pred: jax.Array, target: jax.Array, valid: jax.Array) -> jax.Array:
+  # Double `where`: invalid pixels are 0 before any arithmetic, so inf/NaN there cannot leak.
+  return jnp.where(valid, jnp.abs(jnp.where(valid, pred, 0.0) - target), 0.0)
+
+
+def masked_l1(pred: jax.Array, target: jax.Array) -> jax.Array:
+  """Official `MaskedL1Loss`: mean over all B*H*W pixels of m*|pred - target|, m = [target > 0].
+
+  Args:
+    pred: (B, H, W, 1) predicted depth mu [m].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+
+  Returns:
+    () float32 [m]: sum_V |t - mu| / (B*H*W) (REFERENCE.md section 5, 11.9).
+  """
+  _check("masked_l1", pred=pred, target=target)
+  return jnp.mean(_abs_err(pred, target, _valid(target)))
+
+
+def masked_l2(pred: jax.Array, target: jax.Array) -> jax.Array:
+  """Official `MaskedL2Loss`: mean over all B*H*W pixels of m*(pred - target)^2, m = [target > 0].
+
+  Args:
+    pred: (B, H, W, 1) predicted depth mu [m].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+
+  Returns:
+    () float32 [m^2]: sum_V (t - mu)^2 / (B*H*W) (REFERENCE.md section 5, 11.9).
+  """
+  _check("masked_l2", pred=pred, target=target)
+  return jnp.mean(jnp.square(_abs_err(pred, target, _valid(target))))
+
+
+def valid_mean_l1(pred: jax.Array, target: jax.Array) -> jax.Array:
+  """Mean of |t - mu| over the valid pixels V (target > 0) of the batch; 0 if V is empty.
+
+  Not the official normalisation (see `masked_l1`): this one divides by |V|, not by B*H*W.
+
+  Args:
+    pred: (B, H, W, 1) predicted depth [m].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+
+  Returns:
+    () float32 [m].
+  """
+  _check("valid_mean_l1", pred=pred, target=target)
+  valid = _valid(target)
+  return _valid_mean(_abs_err(pred, target, valid), valid)
+
+
+def valid_mean_l2(pred: jax.Array, target: jax.Array) -> jax.Array:
+  """Mean of (t - mu)^2 over the valid pixels V (target > 0) of the batch; 0 if V is empty.
+
+  Not the official normalisation (see `masked_l2`): this one divides by |V|, not by B*H*W.
+
+  Args:
+    pred: (B, H, W, 1) predicted depth [m].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+
+  Returns:
+    () float32 [m^2].
+  """
+  _check("valid_mean_l2", pred=pred, target=target)
+  valid = _valid(target)
+  return _valid_mean(jnp.square(_abs_err(pred, target, valid)), valid)
+
+
+def _prob_terms(name, pred, precision, target):
+  _check(name, pred=pred, precision=precision, target=target)
+  valid = _valid(target)
+  err = jnp.where(valid, target - jnp.where(valid, pred, 0.0), 0.0)
+  c = jnp.where(valid, precision, 1.0)
+  return err, c, valid
+
+
+def gaussian_nll(pred: jax.Array, precision: jax.Array, target: jax.Array) -> jax.Array:
+  """pNCNN loss, official `MaskedProbLoss` (REFERENCE.md section 5).
+
+    L = (1/|V|) sum_V [ c (t - mu)^2 - log(c + 1e-16) ]
+
+  with c the predicted **precision** (inverse variance, sigma^2 = 1/c; for pNCNN c = out[:,1], the
+  softplus output of the variance UNet). Per pixel, c e^2 - log c = 2 NLL_Gauss(e; sigma^2 = 1/c)
+  - log(2 pi): twice the Gaussian negative log-likelihood minus a constant. The 1e-16 only matters
+  for c < ~1e-9 in float32.
+
+  Args:
+    pred: (B, H, W, 1) predicted depth mu [m].
+    precision: (B, H, W, 1) c >= 0 [1/m^2].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+
+  Returns:
+    () float32, the mean over V pooled over the batch; 0 when V is empty.
+  """
+  err, c, valid = _prob_terms("gaussian_nll", pred, precision, target)
+  return _valid_mean(c * jnp.square(err) - jnp.log(c + LOG_EPS), valid)
+
+
+def gaussian_nll_exp(pred: jax.Array, c: jax.Array, target: jax.Array) -> jax.Array:
+  """pNCNN-Exp loss as the reference computes it, official `MaskedProbExpLoss` (REFERENCE 5, 11.8).
+
+    L = (1/|V|) sum_V [ exp(c) (t - mu)^2 - log(c + 1e-16) ]
+
+  This is **not** a proper negative log-likelihood: the data term uses the precision exp(c) but
+  the regulariser is -log c, not -c (the log-precision NLL would be exp(c) e^2 - c). Its per-pixel
+  optimum satisfies c exp(c) = 1/e^2, so c still falls monotonically with the error. Reproduced
+  as written because the official pNCNN-Exp models were trained with it.
+
+  Args:
+    pred: (B, H, W, 1) predicted depth mu [m].
+    c: (B, H, W, 1) out[:,1] of the pncnn_exp network, c >= 0.
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+
+  Returns:
+    () float32, the mean over V pooled over the batch; 0 when V is empty.
+  """
+  err, c, valid = _prob_terms("gaussian_nll_exp", pred, c, target)
+  return _valid_mean(jnp.exp(c) * jnp.square(err) - jnp.log(c + LOG_EPS), valid)
+
+
+def laplace_nll(pred: jax.Array, c: jax.Array, target: jax.Array) -> jax.Array:
+  """Laplace ablation of the pNCNN loss (no official golden; not in the reference code).
+
+    L = (1/|V|) sum_V [ c |t - mu| - log(c + 1e-16) ]
+
+  c is the inverse Laplace scale, b = 1/c. Per pixel, c|e| - log c = NLL_Laplace(e; b) - log 2,
+  with NLL_Laplace = log(2b) + |e|/b. Minimised over c at c = 1/|e|, where it equals 1 + log|e|.
+
+  Args:
+    pred: (B, H, W, 1) predicted depth mu [m].
+    c: (B, H, W, 1) inverse scale c >= 0 [1/m].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+
+  Returns:
+    () float32, the mean over V pooled over the batch; 0 when V is empty.
+  """
+  err, c, valid = _prob_terms("laplace_nll", pred, c, target)
+  return _valid_mean(c * jnp.abs(err) - jnp.log(c + LOG_EPS), valid)
+
+
+# --- registry: name -> (ModelOutput, target) -> scalar -------------------------------------------
+
+
+def _masked_l1(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return masked_l1(out.depth, target)
+
+
+def _masked_l2(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return masked_l2(out.depth, target)
+
+
+def _gaussian_nll(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return gaussian_nll(out.depth, out.confidence, target)
+
+
+def _gaussian_nll_exp(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return gaussian_nll_exp(out.depth, out.confidence, target)
+
+
+def _laplace_nll(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return laplace_nll(out.depth, out.confidence, target)
+
+
+LOSSES: dict[str, Callable[[ModelOutput, jax.Array], jax.Array]] = {
+    "masked_l1": _masked_l1,  # official ncnn_conf_l1 (MaskedL1Loss)
+    "masked_l2": _masked_l2,  # official ncnn_conf_l2 (MaskedL2Loss)
+    "gaussian_nll": _gaussian_nll,  # official pncnn (MaskedProbLoss), uses out.confidence
+    "gaussian_nll_exp": _gaussian_nll_exp,  # official pncnn_exp (MaskedProbExpLoss)
+    "laplace_nll": _laplace_nll,  # Laplace ablation, uses out.confidence as 1/b
+}
+
+
+def get_loss(name: str) -> Callable[[ModelOutput, jax.Array], jax.Array]:
+  """Returns `LOSSES[name]`; raises ValueError naming the valid losses otherwise."""
+  try:
+    return LOSSES[name]
+  except (KeyError, TypeError):
+    raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(sorted(LOSSES))}") from None

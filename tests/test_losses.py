@@ -1,0 +1,202 @@
+"""Losses: parity with the official loss classes (golden files) and derivations (REFERENCE.md 5)."""
+
+import functools
+import math
+import statistics
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import GOLDEN, load_npz, nchw_to_nhwc
+
+from pncnn_jax import losses
+
+RTOL = 1e-5  # reference/README.md: losses and metrics 1e-5 relative for a float32 port
+
+# Official class -> (our registry name, function on (mu, c, t)).
+CLASSES = {
+    "MaskedL1Loss": ("masked_l1", lambda mu, c, t: losses.masked_l1(mu, t)),
+    "MaskedL2Loss": ("masked_l2", lambda mu, c, t: losses.masked_l2(mu, t)),
+    "MaskedProbLoss": ("gaussian_nll", losses.gaussian_nll),
+    "MaskedProbExpLoss": ("gaussian_nll_exp", losses.gaussian_nll_exp),
+}
+METRICS_FILES = ["kitti_ncnn_conf_l1__kitti4_f01", "kitti_pncnn_rand0__kitti4_f01",
+                 "nyu_ncnn_conf_l1__nyu_480x640"]
+REAL_FILES = [f"torch_kitti_image_0{i}__kitti_ncnn_conf_l{j}" for i in (2, 3) for j in (1, 2)]
+TRAIN_STEP_FILES = ["kitti_ncnn_conf_l1__MaskedL1Loss__b2_64x96",
+                    "kitti_ncnn_conf_l2__MaskedL2Loss__b2_64x96",
+                    "kitti_pncnn_rand0__MaskedProbLoss__b2_64x96",
+                    "kitti_pncnn_exp_rand1__MaskedProbExpLoss__b2_64x96"]
+
+
+@flax.struct.dataclass
+class FakeOutput:
+  """Stand-in for models.ModelOutput (same fields), built from golden NCHW `out` arrays."""
+
+  depth: jax.Array
+  confidence: jax.Array
+  input_confidence: jax.Array
+  nconv_confidence: jax.Array
+
+
+def make_output(out_nchw: np.ndarray) -> FakeOutput:
+  o = jnp.asarray(nchw_to_nhwc(out_nchw).astype(np.float32))
+  return FakeOutput(o[..., 0:1], o[..., 1:2], o[..., 2:3], o[..., 1:2])
+
+
+@functools.lru_cache(maxsize=None)
+def golden(relpath: str) -> dict:
+  return load_npz(GOLDEN / relpath)
+
+
+@pytest.fixture(autouse=True)
+def _needs_shared(shared_dir):
+  del shared_dir
+
+
+@pytest.mark.parametrize("cls", sorted(CLASSES))
+@pytest.mark.parametrize("relpath", [f"metrics/{f}.npz" for f in METRICS_FILES]
+                         + [f"real/{f}.npz" for f in REAL_FILES])
+def test_loss_matches_official_class(relpath, cls):
+  g = golden(relpath)
+  out, target = make_output(g["out"]), jnp.asarray(nchw_to_nhwc(g["target"]))
+  name, fn = CLASSES[cls]
+  want = float(g[f"loss/{cls}"])
+  np.testing.assert_allclose(float(fn(out.depth, out.confidence, target)), want, rtol=RTOL)
+  np.testing.assert_allclose(float(losses.get_loss(name)(out, target)), want, rtol=RTOL)
+
+
+@pytest.mark.parametrize("fname", TRAIN_STEP_FILES)
+def test_loss_matches_train_step_golden(fname):
+  """`loss` of one official training step, recomputed from the stored train-mode output."""
+  g = golden(f"train_step/{fname}.npz")
+  name = CLASSES[fname.split("__")[1]][0]
+  loss_fn = jax.jit(losses.get_loss(name))
+  got = loss_fn(make_output(g["out_train"]), jnp.asarray(nchw_to_nhwc(g["target"])))
+  assert got.shape == () and got.dtype == jnp.float32
+  np.testing.assert_allclose(float(got), float(g["loss"]), rtol=RTOL)
+
+
+def _small_case():
+  """1x2x2x1: pred 1,2,3,4; target 0 (invalid),1,5,4; errors on V: -1, 2, 0."""
+  pred = jnp.array([1.0, 2.0, 3.0, 4.0]).reshape(1, 2, 2, 1)
+  target = jnp.array([0.0, 1.0, 5.0, 4.0]).reshape(1, 2, 2, 1)
+  return pred, target
+
+
+def test_l1_l2_normalisation_by_hand():
+  pred, target = _small_case()
+  # Official: divide by all 4 pixels; valid_mean: by the 3 valid ones.
+  np.testing.assert_allclose(losses.masked_l1(pred, target), (1 + 2 + 0) / 4, rtol=1e-7)
+  np.testing.assert_allclose(losses.masked_l2(pred, target), (1 + 4 + 0) / 4, rtol=1e-7)
+  np.testing.assert_allclose(losses.valid_mean_l1(pred, target), (1 + 2 + 0) / 3, rtol=1e-7)
+  np.testing.assert_allclose(losses.valid_mean_l2(pred, target), (1 + 4 + 0) / 3, rtol=1e-7)
+
+
+def test_gaussian_nll_is_twice_the_nll_minus_log_2pi():
+  """c e^2 - log c = 2 NLL(e; sigma^2 = 1/c) - log 2 pi, averaged over V (REFERENCE.md 5)."""
+  rng = np.random.default_rng(0)
+  mu = rng.uniform(1, 50, (2, 3, 5, 1)).astype(np.float32)
+  t = (mu + rng.normal(0, 2, mu.shape)).astype(np.float32) * (rng.random(mu.shape) > 0.4)
+  c = rng.uniform(0.05, 3, mu.shape).astype(np.float32)
+  v = t > 0
+  nll = [-math.log(statistics.NormalDist(float(m), 1 / math.sqrt(float(p))).pdf(float(y)))
+         for m, p, y in zip(mu[v], c[v], t[v])]
+  want = np.mean(2 * np.array(nll) - math.log(2 * math.pi))
+  np.testing.assert_allclose(losses.gaussian_nll(mu, c, t), want, rtol=1e-5)
+
+
+def test_laplace_nll_is_the_laplace_nll_minus_log_2():
+  rng = np.random.default_rng(1)
+  mu = rng.uniform(1, 50, (2, 4, 4, 1)).astype(np.float32)
+  t = (mu + rng.laplace(0, 1, mu.shape)).astype(np.float32) * (rng.random(mu.shape) > 0.3)
+  c = rng.uniform(0.1, 3, mu.shape).astype(np.float32)
+  v = t > 0
+  b = 1 / c[v].astype(np.float64)
+  nll = np.log(2 * b) + np.abs(t[v] - mu[v].astype(np.float64)) / b  # Laplace(mu, b) NLL
+  np.testing.assert_allclose(losses.laplace_nll(mu, c, t), np.mean(nll - math.log(2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,optimum", [
+    ("gaussian_nll", lambda e: 1 / e**2),  # d/dc (c e^2 - log c) = 0
+    ("laplace_nll", lambda e: 1 / abs(e)),  # d/dc (c|e| - log c) = 0
+])
+def test_per_pixel_minimiser_over_c(name, optimum):
+  fn = getattr(losses, name)
+  e = 0.37
+  mu, t = jnp.full((1, 1, 1, 1), 10.0), jnp.full((1, 1, 1, 1), 10.0 + e)
+  c_star = optimum(e)
+  g = jax.grad(lambda c: fn(mu, c, t))(jnp.full((1, 1, 1, 1), c_star))
+  np.testing.assert_allclose(g, 0.0, atol=1e-4)
+  cs = c_star * np.array([0.5, 0.9, 1.0, 1.1, 2.0])
+  vals = [float(fn(mu, jnp.full((1, 1, 1, 1), c), t)) for c in cs]
+  assert np.argmin(vals) == 2
+  if name == "laplace_nll":
+    np.testing.assert_allclose(vals[2], 1 + math.log(abs(e)), rtol=1e-4)
+
+
+def test_gaussian_nll_exp_per_pixel_optimum():
+  """The pNCNN-Exp optimum satisfies c exp(c) = 1/e^2 (REFERENCE.md 5): zero gradient there."""
+  c_star = 0.8
+  e = 1 / math.sqrt(c_star * math.exp(c_star))
+  mu, t = jnp.full((1, 1, 1, 1), 5.0), jnp.full((1, 1, 1, 1), 5.0 + e)
+  g = jax.grad(lambda c: losses.gaussian_nll_exp(mu, c, t))(jnp.full((1, 1, 1, 1), c_star))
+  np.testing.assert_allclose(g, 0.0, atol=1e-5)
+
+
+ALL_FNS = ["masked_l1", "masked_l2", "valid_mean_l1", "valid_mean_l2", "gaussian_nll",
+           "gaussian_nll_exp", "laplace_nll"]
+
+
+def _call(name, pred, c, target):
+  fn = getattr(losses, name)
+  return fn(pred, target) if "l1" in name or "l2" in name else fn(pred, c, target)
+
+
+@pytest.mark.parametrize("name", ALL_FNS)
+def test_empty_valid_set_gives_zero_and_zero_grads(name):
+  pred = jnp.full((2, 3, 4, 1), 7.0)
+  c = jnp.full((2, 3, 4, 1), 0.5)
+  target = jnp.zeros((2, 3, 4, 1))
+  val, grads = jax.value_and_grad(lambda p, c: _call(name, p, c, target), argnums=(0, 1))(pred, c)
+  assert float(val) == 0.0
+  for g in grads:
+    np.testing.assert_array_equal(g, 0.0)
+
+
+@pytest.mark.parametrize("name", ALL_FNS)
+def test_invalid_pixels_cannot_leak_inf_or_nan(name):
+  """inf/NaN predictions or confidences where target == 0 change neither value nor gradient."""
+  pred, target = _small_case()
+  c = jnp.array([0.3, 0.5, 2.0, 1.5]).reshape(1, 2, 2, 1)
+  bad_pred = pred.at[0, 0, 0, 0].set(jnp.nan)
+  bad_c = c.at[0, 0, 0, 0].set(jnp.inf)
+  f = jax.value_and_grad(lambda p, c: _call(name, p, c, target), argnums=(0, 1))
+  (v1, g1), (v2, g2) = f(pred, c), f(bad_pred, bad_c)
+  assert np.isfinite(float(v2))
+  np.testing.assert_array_equal(v1, v2)
+  for a, b in zip(g1, g2):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_registry_and_get_loss():
+  assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_exp",
+                                "laplace_nll"}
+  with pytest.raises(ValueError, match="unknown loss 'l3'.*gaussian_nll.*masked_l1"):
+    losses.get_loss("l3")
+  # The probabilistic losses use out.confidence, not input_confidence.
+  pred, target = _small_case()
+  c = jnp.array([0.3, 0.5, 2.0, 1.5]).reshape(1, 2, 2, 1)
+  out = FakeOutput(pred, c, jnp.full_like(c, 9.0), jnp.full_like(c, 9.0))
+  for name in ("gaussian_nll", "gaussian_nll_exp", "laplace_nll"):
+    assert float(losses.get_loss(name)(out, target)) == float(_call(name, pred, c, target))
+
+
+def test_bad_shapes_are_named():
+  x = jnp.ones((2, 8, 8, 1))
+  with pytest.raises(ValueError, match=r"masked_l1: `target` must be \(B, H, W, 1\).*\(2, 8, 8\)"):
+    losses.masked_l1(x, jnp.ones((2, 8, 8)))
+  with pytest.raises(ValueError, match="gaussian_nll: all inputs must have the same shape"):
+    losses.gaussian_nll(x, jnp.ones((2, 8, 4, 1)), x)

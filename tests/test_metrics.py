@@ -1,0 +1,294 @@
+"""Metrics: parity with the official KITTI/NYU metrics and eval_ause (golden files), and
+derivations for the Gustafsson AUSE, AUCE and NLL (REFERENCE.md 6)."""
+
+import functools
+import json
+import math
+import statistics
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import GOLDEN, load_npz, nchw_to_nhwc
+
+from pncnn_jax import losses
+from pncnn_jax import metrics as M
+
+RTOL = 1e-5  # metrics, reference/README.md
+AUSE_ATOL = 1e-6
+CASE_A, CASE_B, CASE_C = ("kitti_ncnn_conf_l1__kitti4_f01", "kitti_pncnn_rand0__kitti4_f01",
+                          "nyu_ncnn_conf_l1__nyu_480x640")
+REAL_FILES = [f"torch_kitti_image_0{i}__kitti_ncnn_conf_l{j}" for i in (2, 3) for j in (1, 2)]
+
+
+@functools.lru_cache(maxsize=None)
+def golden(relpath: str) -> dict:
+  return load_npz(GOLDEN / relpath)
+
+
+def pred_target_conf(g):
+  out = nchw_to_nhwc(g["out"])
+  return out[..., 0:1], nchw_to_nhwc(g["target"]), out[..., 1:2]
+
+
+@pytest.fixture(autouse=True)
+def _needs_shared(shared_dir):
+  del shared_dir
+
+
+# --- depth error metrics --------------------------------------------------------------------------
+
+
+def _assert_metrics(got, g, prefix, keys):
+  for k in keys:
+    got_k = np.asarray(got[k]).item()  # scalar or a batch of one image
+    np.testing.assert_allclose(got_k, float(g[prefix + k]), rtol=RTOL, err_msg=k)
+
+
+@pytest.mark.parametrize("case", [CASE_A, CASE_B, CASE_C])
+def test_batch_metrics_match_official(case):
+  """`metric_batch`: the official metrics on the whole 2-image batch, pixels pooled."""
+  g = golden(f"metrics/{case}.npz")
+  pred, target, _ = pred_target_conf(g)
+  nyu = case.startswith("nyu")
+  fn, keys = (M.nyu_metrics, M.NYU_METRICS) if nyu else (M.kitti_metrics, M.KITTI_METRICS)
+  got = jax.jit(functools.partial(fn, pooled=True))(pred, target)
+  assert set(got) == set(keys) | {"num_valid"}
+  assert got["mae"].shape == ()
+  assert int(got["num_valid"]) == g["all_err"].size
+  _assert_metrics(got, g, "metric_batch/", keys)
+
+
+@pytest.mark.parametrize("case", [CASE_A, CASE_B, CASE_C])
+def test_per_image_then_mean_matches_average_meter(case):
+  """`metric_avgmeter`: per image (batch 1) then AverageMeter; also the masked_l1 loss meter."""
+  g = golden(f"metrics/{case}.npz")
+  pred, target, _ = pred_target_conf(g)
+  nyu = case.startswith("nyu")
+  fn, keys = (M.nyu_metrics, M.NYU_METRICS) if nyu else (M.kitti_metrics, M.KITTI_METRICS)
+  per_image = fn(pred, target)
+  assert per_image["rmse"].shape == (pred.shape[0],)
+  acc = M.MeanAccumulator()
+  acc.update(per_image)
+  for i in range(pred.shape[0]):  # the loss meter: one loss value per image of batch 1
+    acc.update({"loss": losses.masked_l1(pred[i:i + 1], target[i:i + 1])}, weight=1)
+  res = acc.result()
+  _assert_metrics(res, g, "metric_avgmeter/", keys)
+  np.testing.assert_allclose(res["loss"], g["metric_avgmeter/loss(masked_l1)"], rtol=RTOL)
+  assert acc.num_valid == g["all_err"].size and acc.num_skipped == 0
+
+
+def test_per_image_values_match_summary_json():
+  summary = json.loads((GOLDEN / "metrics/metrics_summary.json").read_text())
+  want = summary[CASE_A]["metrics_per_image"]
+  pred, target, _ = pred_target_conf(golden(f"metrics/{CASE_A}.npz"))
+  got = M.kitti_metrics(pred, target)
+  for i, w in enumerate(want):
+    for k in M.KITTI_METRICS:
+      np.testing.assert_allclose(float(got[k][i]), w[k], rtol=RTOL, err_msg=f"image {i} {k}")
+
+
+@pytest.mark.parametrize("fname", REAL_FILES)
+def test_real_frame_metrics_match_official(fname):
+  g = golden(f"real/{fname}.npz")
+  pred, target, _ = pred_target_conf(g)
+  _assert_metrics(M.kitti_metrics(pred, target), g, "metric/", M.KITTI_METRICS)
+
+
+def test_units_and_definitions_by_hand():
+  """pred 10.0 m vs target 10.1 m: 100 mm, 1e4 mm^2, |1/10 - 1/10.1| /m = 0.990099 /km."""
+  pred = jnp.full((1, 2, 2, 1), 10.0)
+  target = jnp.array([10.1, 10.1, 0.0, 10.1]).reshape(1, 2, 2, 1)
+  k = M.kitti_metrics(pred, target)
+  want = {"mae": 100.0, "rmse": 100.0, "mse": 1e4, "imae": 1000 * (1 / 10 - 1 / 10.1),
+          "irmse": 1000 * (1 / 10 - 1 / 10.1), "absrel": 0.1 / 10.1, "delta1": 100.0}
+  for key, w in want.items():
+    np.testing.assert_allclose(float(k[key][0]), w, rtol=2e-4, err_msg=key)
+  n = M.nyu_metrics(pred, target)
+  assert set(n) == set(M.NYU_METRICS) | {"num_valid"}
+  np.testing.assert_allclose(float(n["mae"][0]), 0.1, rtol=2e-4)
+  np.testing.assert_allclose(float(n["mse"][0]), 0.01, rtol=4e-4)
+  assert int(n["num_valid"][0]) == 3
+
+
+def test_delta_is_strict_and_negative_predictions_count_as_hits():
+  # ratios exactly 1.25 (not < 1.25), 1.5625 (= 1.25^2, not < 1.25^2), and a negative prediction.
+  pred = jnp.array([1.25, 1.5625, -3.0, 1.0]).reshape(1, 2, 2, 1)
+  target = jnp.ones((1, 2, 2, 1))
+  m = M.kitti_metrics(pred, target, pooled=True)
+  np.testing.assert_allclose([m["delta1"], m["delta2"], m["delta3"]], [50.0, 75.0, 100.0])
+
+
+def test_per_image_equals_pooled_single_images_and_empty_image_is_nan():
+  rng = np.random.default_rng(0)
+  pred = rng.uniform(1, 80, (3, 8, 12, 1)).astype(np.float32)
+  target = (pred * rng.uniform(0.7, 1.3, pred.shape) * (rng.random(pred.shape) < 0.3))
+  target = target.astype(np.float32)
+  target[1] = 0.0  # no ground truth in image 1
+  per = M.kitti_metrics(pred, target)
+  for i in (0, 2):
+    one = M.kitti_metrics(pred[i:i + 1], target[i:i + 1], pooled=True)
+    for k in M.KITTI_METRICS:
+      np.testing.assert_allclose(per[k][i], one[k], rtol=1e-6, err_msg=k)
+  assert int(per["num_valid"][1]) == 0 and all(np.isnan(per[k][1]) for k in M.KITTI_METRICS)
+  acc = M.MeanAccumulator()
+  acc.update(per)
+  assert acc.num_skipped == 1
+  np.testing.assert_allclose(acc.result()["mae"], (per["mae"][0] + per["mae"][2]) / 2, rtol=1e-6)
+
+
+def test_metric_bad_input_errors():
+  with pytest.raises(ValueError, match=r"kitti_metrics: `pred` must be \(B, H, W, 1\)"):
+    M.kitti_metrics(jnp.ones((4, 4)), jnp.ones((4, 4)))
+  with pytest.raises(ValueError, match="MeanAccumulator.result: no samples"):
+    M.MeanAccumulator().result()
+
+
+# --- AUSE -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("relpath", [f"metrics/{c}.npz" for c in (CASE_A, CASE_C)]
+                         + [f"real/{f}.npz" for f in REAL_FILES])
+def test_ause_pncnn_matches_official(relpath):
+  g = golden(relpath)
+  s = M.ause_pncnn(g["all_err"], g["all_var"])
+  np.testing.assert_array_equal(s.fractions, g["ratio_removed"])
+  np.testing.assert_allclose(s.oracle, g["rmse_by_err"], atol=1e-6)
+  np.testing.assert_allclose(s.model, g["rmse_by_var"], atol=1e-6)
+  np.testing.assert_allclose(s.ause, g["ause"], atol=AUSE_ATOL)
+  np.testing.assert_allclose(s.ause, g["ause_stable_sort"], atol=AUSE_ATOL)
+
+
+def test_ause_tie_dominated_case_within_tie_bounds():
+  """Case B: var is almost constant (216k ties), so only the tie bounds are a tight golden."""
+  g = golden(f"metrics/{CASE_B}.npz")
+  lo, hi = g["ause_tie_bounds"]
+  s = M.ause_pncnn(g["all_err"], g["all_var"])
+  assert lo - 1e-7 <= s.ause <= hi + 1e-7
+  np.testing.assert_allclose(
+      M.ause_pncnn(g["all_err"], g["all_var"], tie_break="smaller_error_first").ause, lo,
+      atol=AUSE_ATOL)
+  np.testing.assert_allclose(
+      M.ause_pncnn(g["all_err"], g["all_var"], tie_break="larger_error_first").ause, hi,
+      atol=AUSE_ATOL)
+
+
+def test_uncertainty_accumulator_pools_images_like_eval_ause():
+  """Feeding case A image by image gives the official AUSE over the pooled valid pixels."""
+  g = golden(f"metrics/{CASE_A}.npz")
+  pred, target, conf = pred_target_conf(g)
+  acc = M.UncertaintyAccumulator()
+  for i in range(pred.shape[0]):
+    acc.update(pred[i:i + 1], target[i:i + 1], conf[i:i + 1])
+  res = acc.result()
+  assert res["num_pixels"] == g["all_err"].size
+  np.testing.assert_allclose(res["ause_pncnn"], g["ause"], atol=AUSE_ATOL)
+  np.testing.assert_allclose(res["sparsification_pncnn"].model, g["rmse_by_var"], atol=1e-6)
+  # Streaming AUCE/NLL equal the one-shot functions on the same pixels.
+  sigma = M.sigma_from_precision(conf)
+  np.testing.assert_allclose(res["auce"], M.auce(pred, sigma, target).auce, rtol=1e-12)
+  np.testing.assert_allclose(res["nll"], M.mean_gaussian_nll(pred, sigma, target), rtol=1e-9)
+
+
+def naive_ause(err_sq, key, descending, fractions, norm_model_by_max):
+  """Brute force: a fresh sort and mean per fraction; float64 throughout."""
+  err_sq = np.asarray(err_sq, np.float64)
+  order = np.argsort(-key if descending else key, kind="stable")
+  oracle, model = [], []
+  for r in fractions:
+    n = int((1.0 - r) * err_sq.size)
+    oracle.append(math.sqrt(np.mean(np.sort(err_sq)[:n])))
+    model.append(math.sqrt(np.mean(err_sq[order][:n])))
+  oracle, model = np.array(oracle), np.array(model)
+  oracle, model = oracle / oracle[0], model / (model.max() if norm_model_by_max else model[0])
+  return np.trapezoid(model - oracle, fractions), model
+
+
+def test_ause_both_definitions_match_brute_force():
+  rng = np.random.default_rng(0)
+  sigma = rng.uniform(0.1, 2.0, 5000)
+  err_sq = (rng.standard_normal(5000) * sigma) ** 2
+  sigma_noisy = sigma * rng.uniform(0.5, 2.0, 5000)  # informative but imperfect
+  want, _ = naive_ause(err_sq, 1 / sigma_noisy**2, True, M.FRACTIONS_PNCNN, True)
+  np.testing.assert_allclose(M.ause_pncnn(err_sq, 1 / sigma_noisy**2).ause, want, atol=1e-12)
+  want, _ = naive_ause(err_sq, sigma_noisy, False, np.arange(0, 1, 0.01), False)
+  np.testing.assert_allclose(M.ause_gustafsson(err_sq, sigma_noisy).ause, want, atol=1e-12)
+
+
+def test_ause_perfect_uncertainty_is_zero():
+  rng = np.random.default_rng(1)
+  err_sq = rng.exponential(1.0, 2000)
+  assert M.ause_gustafsson(err_sq, np.sqrt(err_sq)).ause == pytest.approx(0.0, abs=1e-15)
+  assert M.ause_pncnn(err_sq, 1 / err_sq).ause == pytest.approx(0.0, abs=1e-7)  # sqrt in f32
+
+
+def test_definitions_coincide_when_model_curve_never_rises():
+  """REFERENCE 6.4: max-normalisation = first-value normalisation when the max is at r = 0."""
+  g = golden(f"metrics/{CASE_A}.npz")
+  assert np.argmax(g["rmse_by_var"]) == 0  # precondition of the derivation
+  gus = M.ause_gustafsson(g["all_err"], M.sigma_from_precision(g["all_var"]))
+  np.testing.assert_allclose(gus.ause, g["ause"], atol=AUSE_ATOL)
+
+
+def test_pncnn_ause_is_smaller_when_model_curve_rises():
+  """Anti-informative uncertainty: the model curve rises, the max-normalisation shrinks it."""
+  rng = np.random.default_rng(2)
+  err_sq = rng.exponential(1.0, 3000)
+  sigma = 1 / (1 + np.sqrt(err_sq))  # the largest errors look the most certain
+  p = M.ause_pncnn(err_sq, 1 / sigma**2)
+  gus = M.ause_gustafsson(err_sq, sigma)
+  assert p.model.argmax() > 0 and gus.model.max() > 1
+  _, naive_model = naive_ause(err_sq, sigma, False, np.arange(0, 1, 0.01), False)
+  assert p.ause < gus.ause
+  # With the same order, pNCNN's model curve is Gustafsson's divided by its own maximum.
+  np.testing.assert_allclose(p.model, naive_model / naive_model.max(), atol=1e-12)
+
+
+def test_ause_bad_input():
+  with pytest.raises(ValueError, match="must be 1-D of one length"):
+    M.ause_pncnn(np.ones(5), np.ones(4))
+  with pytest.raises(ValueError, match="tie_break"):
+    M.ause_gustafsson(np.ones(5), np.ones(5), tie_break="random")
+  with pytest.raises(ValueError, match="empty"):
+    M.ause_pncnn(np.ones(0), np.ones(0))
+
+
+# --- AUCE and NLL ---------------------------------------------------------------------------------
+
+
+def _gaussian_sample(n=200_000, seed=3):
+  rng = np.random.default_rng(seed)
+  mu = rng.uniform(5, 60, n)
+  sigma = rng.uniform(0.1, 3.0, n)
+  target = mu + sigma * rng.standard_normal(n)
+  target[rng.random(n) < 0.2] = 0.0  # invalid pixels are ignored
+  return mu, sigma, target
+
+
+def test_auce_calibrated_and_overconfident():
+  mu, sigma, target = _gaussian_sample()
+  cal = M.auce(mu, sigma, target)
+  assert cal.coverage.shape == (99,) and np.all(np.diff(cal.coverage) <= 0)
+  assert cal.auce < 0.005  # sampling noise only
+  # sigma x 0.1: coverage(alpha) = P(|Z| <= 0.1 z_alpha) = 2 Phi(0.1 z_alpha) - 1.
+  over = M.auce(mu, 0.1 * sigma, target)
+  nd = statistics.NormalDist()
+  alphas = np.arange(0.01, 1.0, 0.01)
+  expected_cov = np.array([2 * nd.cdf(0.1 * nd.inv_cdf(1 - a / 2)) - 1 for a in alphas])
+  want = np.trapezoid(np.abs(expected_cov - (1 - alphas)), alphas)
+  assert want > 0.4
+  np.testing.assert_allclose(over.auce, want, atol=5e-3)
+  np.testing.assert_allclose(over.under_coverage, want, atol=5e-3)  # all under-coverage
+
+
+def test_mean_gaussian_nll_and_relation_to_loss():
+  mu, sigma, target = _gaussian_sample(n=50)
+  v = target > 0
+  want = np.mean([-math.log(statistics.NormalDist(m, s).pdf(t))
+                  for m, s, t in zip(mu[v], sigma[v], target[v])])
+  np.testing.assert_allclose(M.mean_gaussian_nll(mu, sigma, target), want, rtol=1e-10)
+  shape = (1, 5, 10, 1)
+  loss = losses.gaussian_nll(*(jnp.asarray(a.reshape(shape), jnp.float32)
+                               for a in (mu, 1 / sigma**2, target)))
+  np.testing.assert_allclose((float(loss) + math.log(2 * math.pi)) / 2, want, rtol=1e-5)
