@@ -1,0 +1,148 @@
+"""File IO for depth maps: KITTI 16-bit PNGs (metres * 256) and NYU 16-bit PNGs (millimetres).
+
+KITTI depth-completion PNGs (REFERENCE.md section 7.2) are single-channel 16-bit images whose raw
+value v encodes depth d = v / 256 metres; v = 0 means "no measurement". NYU-Depth-v2 PNGs (the
+sync_depth_*.png of the official toolbox exports) encode d = v / 1000 metres (millimetres).
+
+Every reader checks that the file is a readable, complete, single-channel 16-bit PNG and raises
+`DepthFileError` naming the file otherwise. Every writer checks the array it is handed (2-D,
+finite, non-negative, representable in 16 bits) and raises `ValueError` naming the argument and file.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Union
+
+import numpy as np
+from PIL import Image
+
+PathLike = Union[str, os.PathLike]
+
+KITTI_DEPTH_SCALE = 256.0  # raw uint16 per metre (REFERENCE.md 7.2, norm_factor)
+NYU_DEPTH_SCALE = 1000.0  # raw uint16 per metre (millimetres)
+_UINT16_MAX = np.iinfo(np.uint16).max
+_16BIT_MODES = ("I;16", "I;16B", "I;16L", "I")
+
+
+class DepthFileError(ValueError):
+  """A depth file is unreadable, truncated, not 16-bit or of the wrong size."""
+
+
+def read_png_uint16(path: PathLike) -> np.ndarray:
+  """Reads a single-channel 16-bit PNG losslessly.
+
+  Args:
+    path: the PNG file.
+
+  Returns:
+    (H, W) uint16 array of the raw stored values.
+
+  Raises:
+    DepthFileError: naming `path` if it is missing, truncated/corrupt, not a PNG, not
+      single-channel 16-bit, or (mode "I") holds values outside [0, 65535].
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise DepthFileError(f"{path}: depth file does not exist")
+  try:
+    with Image.open(path) as img:
+      fmt, mode = img.format, img.mode
+      if fmt != "PNG":
+        raise DepthFileError(f"{path}: expected a 16-bit PNG depth map, found format {fmt!r}")
+      if mode not in _16BIT_MODES:
+        raise DepthFileError(
+            f"{path}: expected a single-channel 16-bit PNG depth map, found PIL mode {mode!r} "
+            "(8-bit or colour images are not depth maps)")
+      img.load()  # Decodes the whole stream: a truncated file fails here.
+      arr = np.asarray(img)
+  except DepthFileError:
+    raise
+  except (OSError, SyntaxError, ValueError) as e:  # PIL raises these on truncated/corrupt data.
+    raise DepthFileError(f"{path}: truncated or corrupt PNG ({type(e).__name__}: {e})") from e
+  if arr.ndim != 2:
+    raise DepthFileError(f"{path}: expected a single-channel depth map, got shape {arr.shape}")
+  if arr.dtype != np.uint16:
+    if arr.min(initial=0) < 0 or arr.max(initial=0) > _UINT16_MAX:
+      raise DepthFileError(f"{path}: values outside the 16-bit range [0, 65535]")
+    arr = arr.astype(np.uint16)
+  return arr
+
+
+def _check_depth_array(depth: np.ndarray, scale: float, name: str, path: PathLike) -> np.ndarray:
+  """Validates a depth map in metres before it is quantised to uint16 (value = round(d * scale))."""
+  depth = np.asarray(depth)
+  if depth.ndim == 3 and depth.shape[-1] == 1:
+    depth = depth[..., 0]
+  if depth.ndim != 2:
+    raise ValueError(f"{name} for {path}: expected an (H, W) or (H, W, 1) depth map in metres, "
+                     f"got shape {depth.shape}")
+  if not np.issubdtype(depth.dtype, np.number) or np.issubdtype(depth.dtype, np.complexfloating):
+    raise ValueError(f"{name} for {path}: expected a real-valued depth map, got dtype {depth.dtype}")
+  depth = depth.astype(np.float64)
+  if not np.all(np.isfinite(depth)):
+    raise ValueError(f"{name} for {path}: {int(np.sum(~np.isfinite(depth)))} non-finite values "
+                     "(NaN/inf); use 0 for missing depth")
+  if np.any(depth < 0):
+    raise ValueError(f"{name} for {path}: {int(np.sum(depth < 0))} negative depths "
+                     f"(min {depth.min():.4g} m); use 0 for missing depth")
+  max_m = _UINT16_MAX / scale
+  if np.any(np.round(depth * scale) > _UINT16_MAX):
+    raise ValueError(f"{name} for {path}: depth {depth.max():.4g} m exceeds the format's "
+                     f"maximum {max_m:.4g} m")
+  return depth
+
+
+def write_png_uint16(path: PathLike, raw: np.ndarray) -> None:
+  """Writes an (H, W) uint16 array as a 16-bit greyscale PNG (lossless)."""
+  raw = np.asarray(raw)
+  if raw.ndim != 2 or raw.dtype != np.uint16:
+    raise ValueError(f"raw for {path}: expected an (H, W) uint16 array, got {raw.dtype} {raw.shape}")
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  Image.fromarray(raw).save(path, format="PNG")
+
+
+def _read_scaled(path: PathLike, scale: float, expected_shape) -> np.ndarray:
+  raw = read_png_uint16(path)
+  if expected_shape is not None and tuple(raw.shape) != tuple(expected_shape):
+    raise DepthFileError(f"{path}: size {raw.shape[1]}x{raw.shape[0]} (WxH) does not match its pair's "
+                         f"{expected_shape[1]}x{expected_shape[0]}")
+  return raw.astype(np.float32) / np.float32(scale)
+
+
+def read_kitti_depth(path: PathLike, expected_shape=None) -> np.ndarray:
+  """Reads a KITTI depth PNG (velodyne_raw or groundtruth) as metres.
+
+  Args:
+    path: 16-bit PNG, metres = value / 256 (REFERENCE.md 7.2).
+    expected_shape: optional (H, W) the file must have (the size of its pair).
+
+  Returns:
+    (H, W) float32 depth in metres, 0 where there is no measurement. Exact: every uint16 / 256
+    is representable in float32.
+  """
+  return _read_scaled(path, KITTI_DEPTH_SCALE, expected_shape)
+
+
+def write_kitti_depth(path: PathLike, depth_m: np.ndarray) -> None:
+  """Writes a depth map in metres as a KITTI 16-bit PNG, value = round(depth * 256).
+
+  Args:
+    path: output PNG path (parent folders are created).
+    depth_m: (H, W) or (H, W, 1) depth in metres, >= 0, finite, <= 255.996 m; 0 = missing.
+  """
+  depth = _check_depth_array(depth_m, KITTI_DEPTH_SCALE, "depth_m", path)
+  write_png_uint16(path, np.round(depth * KITTI_DEPTH_SCALE).astype(np.uint16))
+
+
+def read_nyu_depth(path: PathLike, expected_shape=None) -> np.ndarray:
+  """Reads an NYU-Depth-v2 millimetre PNG as (H, W) float32 metres (value / 1000; 0 = missing)."""
+  return _read_scaled(path, NYU_DEPTH_SCALE, expected_shape)
+
+
+def write_nyu_depth(path: PathLike, depth_m: np.ndarray) -> None:
+  """Writes a depth map in metres as an NYU millimetre PNG, value = round(depth * 1000) (<= 65.535 m)."""
+  depth = _check_depth_array(depth_m, NYU_DEPTH_SCALE, "depth_m", path)
+  write_png_uint16(path, np.round(depth * NYU_DEPTH_SCALE).astype(np.uint16))

@@ -1,0 +1,176 @@
+"""The grain input pipeline over the three sources (synthetic, kitti_depth, nyu_depth).
+
+Order of operations (all index-based, so the whole pipeline is a deterministic function of the
+config and the position in the stream):
+
+  source -> shard (every shard_count-th example, from shard_index) -> shuffle (seed; a new
+  permutation each epoch) -> repeat (num_epochs or forever) -> per-example map (decode, crop,
+  NYU sparsifier; its rng derives from seed and the stream position) -> batch -> iterator.
+
+The iterator is a `grain.DatasetIterator`: `it.get_state()` returns a small JSON-able dict and
+`it.set_state(state)` on a fresh iterator of the same config continues at the same sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+import grain
+import numpy as np
+
+from pncnn_jax.data import sparsify
+from pncnn_jax.data import synthetic
+
+DATASETS = ("synthetic", "kitti_depth", "nyu_depth")
+SPLITS = {
+    "synthetic": ("train", "val", "test"),
+    "kitti_depth": ("train", "val", "selval", "test"),
+    "nyu_depth": ("train", "val"),
+}
+_SYNTHETIC_STREAM = {"train": 0, "val": 1, "test": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Pipeline settings (see `pncnn_jax.data.__init__` for the documented dict form)."""
+  dataset: str = "synthetic"  # 'synthetic' | 'kitti_depth' | 'nyu_depth'
+  split: str = "train"  # see SPLITS
+  batch_size: int = 4  # per shard (per host)
+  crop: str = "center"  # 'none' | 'center' | 'bottom' | 'random'
+  crop_height: int = 352  # crop rows
+  crop_width: int = 1216  # crop columns
+  seed: int = 0  # shuffle and random-crop / sparsifier seed
+  shuffle: Optional[bool] = None  # default: True for 'train', False otherwise
+  num_epochs: Optional[int] = 1  # None = repeat forever
+  drop_remainder: Optional[bool] = None  # default: True for 'train' (fixed batch shape)
+  shard_index: int = 0  # this host's shard (jax.process_index())
+  shard_count: int = 1  # number of shards (jax.process_count())
+  data_dir: Optional[str] = None  # TFDS data_dir holding the prepared kitti_depth / nyu_depth
+  num_threads: int = 2  # grain reader threads
+  prefetch: int = 4  # grain prefetch buffer (elements)
+  # synthetic only
+  synthetic_size: int = 10000  # examples per epoch
+  synthetic_seed: int = 0  # scene seed (scenes of a split do not depend on `seed`)
+  # nyu only
+  nyu_num_samples: int = 1000  # expected sparse samples per image (REFERENCE 7.4)
+
+  @classmethod
+  def from_mapping(cls, cfg: Mapping[str, Any]) -> "DataConfig":
+    if isinstance(cfg, DataConfig):
+      return cfg
+    if hasattr(cfg, "to_dict"):  # ml_collections.ConfigDict
+      cfg = cfg.to_dict()
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(cfg) - names)
+    if unknown:
+      raise ValueError(f"unknown data config keys {unknown}; known: {sorted(names)}")
+    return cls(**cfg)
+
+  def validate(self) -> None:
+    if self.dataset not in DATASETS:
+      raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
+    if self.split not in SPLITS[self.dataset]:
+      raise ValueError(f"split of {self.dataset} must be one of {SPLITS[self.dataset]}, got {self.split!r}")
+    if self.crop not in ("none", "center", "bottom", "random"):
+      raise ValueError(f"crop must be 'none', 'center', 'bottom' or 'random', got {self.crop!r}")
+    if self.batch_size <= 0:
+      raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+    if not 0 <= self.shard_index < self.shard_count:
+      raise ValueError(f"need 0 <= shard_index < shard_count, got {self.shard_index}, {self.shard_count}")
+    if self.num_epochs is not None and self.num_epochs <= 0:
+      raise ValueError(f"num_epochs must be positive or None, got {self.num_epochs}")
+    if self.dataset != "synthetic" and not self.data_dir:
+      raise ValueError(f"dataset {self.dataset!r} needs data_dir (the TFDS data_dir it was built in)")
+
+
+# ------------------------------------------------------------------------- per-example maps
+
+
+def _crop(ex: dict, cfg: DataConfig, rng: np.random.Generator) -> dict:
+  if cfg.crop == "none":
+    return ex
+  h, w = ex["target"].shape[:2]
+  top, left = sparsify.crop_offsets(h, w, cfg.crop_height, cfg.crop_width, cfg.crop, rng)
+  out = dict(ex)
+  for k, v in ex.items():
+    if isinstance(v, np.ndarray) and v.ndim == 3:
+      out[k] = v[top:top + cfg.crop_height, left:left + cfg.crop_width]
+  return out
+
+
+class _Synthetic(grain.transforms.RandomMap):
+  """index -> synthetic example; a crop is rendered directly as a window of the full frame."""
+
+  def __init__(self, cfg: DataConfig):
+    self._cfg = cfg
+    self._scfg = synthetic.SyntheticConfig()
+    self._stream = _SYNTHETIC_STREAM[cfg.split]
+
+  def random_map(self, index, rng: np.random.Generator):
+    c, s = self._cfg, self._scfg
+    window = None
+    if c.crop != "none":
+      top, left = sparsify.crop_offsets(s.height, s.width, c.crop_height, c.crop_width, c.crop, rng)
+      window = (top, left, c.crop_height, c.crop_width)
+    return synthetic.generate(c.synthetic_seed, int(index), s, window=window, stream=self._stream)
+
+
+class _Real(grain.transforms.RandomMap):
+  """TFDS record -> float32 metres (KITTI uint16/256; NYU float32), NYU sparsifier, crop."""
+
+  def __init__(self, cfg: DataConfig):
+    self._cfg = cfg
+
+  def random_map(self, rec, rng: np.random.Generator):
+    c = self._cfg
+    if c.dataset == "kitti_depth":
+      sparse = np.asarray(rec["sparse"], np.float32) / np.float32(256.0)
+      target = np.asarray(rec["target"], np.float32) / np.float32(256.0)
+    else:
+      target = np.asarray(rec["depth"], np.float32)
+      target = np.where(np.isfinite(target) & (target > 0), target, np.float32(0.0))
+      sparse = sparsify.uniform_sparsify(target, c.nyu_num_samples, rng)
+    name = rec["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    ex = {"sparse": sparse, "target": target, "name": np.asarray(name)}
+    ex = _crop(ex, c, rng)
+    ex["valid"] = ex["target"] > 0
+    return ex
+
+
+def _source(cfg: DataConfig) -> grain.MapDataset:
+  if cfg.dataset == "synthetic":
+    return grain.MapDataset.range(cfg.synthetic_size)
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.data import kitti_depth, nyu_depth  # noqa: F401  (registers the builders)
+  split = cfg.split
+  src = tfds.data_source(cfg.dataset, split=split, data_dir=cfg.data_dir)
+  return grain.MapDataset.source(src)
+
+
+def make_dataset(config) -> grain.MapDataset:
+  """The batched MapDataset described in the module docstring (before conversion to an iterator)."""
+  cfg = DataConfig.from_mapping(config)
+  cfg.validate()
+  train = cfg.split == "train"
+  shuffle = train if cfg.shuffle is None else cfg.shuffle
+  drop = train if cfg.drop_remainder is None else cfg.drop_remainder
+  ds = _source(cfg)
+  if cfg.shard_count > 1:
+    ds = ds[cfg.shard_index::cfg.shard_count]
+  if len(ds) == 0:
+    raise ValueError(f"{cfg.dataset}/{cfg.split}: shard {cfg.shard_index} of {cfg.shard_count} is empty")
+  if shuffle:
+    ds = ds.shuffle(seed=cfg.seed)
+  ds = ds.repeat(cfg.num_epochs)
+  ds = ds.random_map(_Synthetic(cfg) if cfg.dataset == "synthetic" else _Real(cfg), seed=cfg.seed)
+  return ds.batch(cfg.batch_size, drop_remainder=drop)
+
+
+def make_iterator(config) -> grain.DatasetIterator:
+  """A checkpointable iterator of batches (see `pncnn_jax.data` for the batch format)."""
+  cfg = DataConfig.from_mapping(config)
+  ds = make_dataset(cfg)
+  opts = grain.ReadOptions(num_threads=cfg.num_threads, prefetch_buffer_size=cfg.prefetch)
+  return iter(ds.to_iter_dataset(opts))

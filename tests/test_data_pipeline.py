@@ -1,0 +1,109 @@
+"""grain pipeline: batch format, deterministic order, epochs, sharding, resume, crops, sparsifier."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import DATA
+from pncnn_jax.data import io, make_iterator, sparsify
+
+SMALL = dict(dataset="synthetic", split="train", crop="random", crop_height=32, crop_width=64,
+             batch_size=2, seed=0, synthetic_size=8, num_threads=1)
+
+
+def _names(it, n=None):
+  out = []
+  for i, b in enumerate(it):
+    if n is not None and i >= n:
+      break
+    out.append(b["name"].tolist())
+  return out
+
+
+def test_batch_format():
+  b = next(make_iterator(SMALL))
+  for k in ("sparse", "target", "dense"):
+    assert b[k].shape == (2, 32, 64, 1) and b[k].dtype == np.float32
+  assert b["valid"].dtype == bool and b["disturbed"].dtype == bool and b["name"].shape == (2,)
+  np.testing.assert_array_equal(b["valid"], b["target"] > 0)
+
+
+def test_order_is_deterministic_and_reshuffled_each_epoch():
+  cfg = dict(SMALL, num_epochs=2)
+  a = _names(make_iterator(cfg))
+  assert a == _names(make_iterator(cfg))
+  assert len(a) == 8  # 2 epochs x 8 examples / batch 2
+  e1, e2 = sum(a[:4], []), sum(a[4:], [])
+  assert sorted(e1) == list(range(8)) and sorted(e2) == list(range(8))
+  assert e1 != e2 and e1 != list(range(8))
+  assert a != _names(make_iterator(dict(cfg, seed=1)))
+  # Unshuffled eval split: in order, last partial batch kept.
+  ev = dict(SMALL, split="val", synthetic_size=5, crop="center")
+  assert _names(make_iterator(ev)) == [[0, 1], [2, 3], [4]]
+
+
+def test_sharding_partitions_the_data():
+  shards = [sum(_names(make_iterator(dict(SMALL, shard_index=i, shard_count=2))), []) for i in range(2)]
+  assert sorted(shards[0] + shards[1]) == list(range(8))
+  assert set(shards[0]).isdisjoint(shards[1])
+  assert all(n % 2 == 0 for n in shards[0])
+
+
+def test_resume_continues_at_the_same_sample():
+  cfg = dict(SMALL, num_epochs=None)
+  it = make_iterator(cfg)
+  for _ in range(5):
+    next(it)
+  state = json.loads(json.dumps(it.get_state()))  # survives serialisation
+  expected = [next(it) for _ in range(3)]
+  it2 = make_iterator(cfg)
+  it2.set_state(state)
+  for want in expected:
+    got = next(it2)
+    for k in want:
+      np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_synthetic_crop_matches_generator_window():
+  from pncnn_jax.data import synthetic
+  b = next(make_iterator(dict(SMALL, split="val", crop="bottom", crop_height=64, crop_width=128,
+                              batch_size=1)))
+  ex = synthetic.generate(0, 0, window=(352 - 64, round((1216 - 128) / 2), 64, 128), stream=1)
+  np.testing.assert_array_equal(b["sparse"][0], ex["sparse"])
+
+
+@pytest.mark.parametrize("hw,mode,want", [((375, 1242), "center", (12, 13)), ((376, 1241), "center", (12, 12)),
+                                          ((374, 1238), "center", (11, 11)), ((370, 1224), "center", (9, 4)),
+                                          ((370, 1226), "center", (9, 5)), ((375, 1242), "bottom", (23, 13)),
+                                          ((376, 1241), "bottom", (24, 12))])
+def test_crop_offsets_reference_table(hw, mode, want):
+  # REFERENCE.md 7.3 table (round half to even) and SOURCES.md's val_selection-style crops.
+  assert sparsify.crop_offsets(*hw, 352, 1216, mode) == want
+
+
+def test_bad_config_messages():
+  with pytest.raises(ValueError, match="unknown data config keys.*'batchsize'"):
+    make_iterator(dict(SMALL, batchsize=3))
+  with pytest.raises(ValueError, match="split of synthetic"):
+    make_iterator(dict(SMALL, split="selval"))
+  with pytest.raises(ValueError, match="needs data_dir"):
+    make_iterator(dict(SMALL, dataset="kitti_depth"))
+  with pytest.raises(ValueError, match="larger than the image"):
+    sparsify.crop_offsets(100, 100, 352, 1216, "center")
+
+
+def test_uniform_sparsifier_on_real_nyu():
+  depth = io.read_nyu_depth(DATA / "nyu_mini/depth/sync_depth_00050.png")
+  n_valid = int((depth > 0).sum())
+  counts = []
+  for seed in range(20):
+    s = sparsify.uniform_sparsify(depth, 1000, np.random.default_rng(seed))
+    assert np.all((s == 0) | (s == depth)) and not np.any((s > 0) & (depth == 0))
+    counts.append(int((s > 0).sum()))
+  # Binomial(n_valid, 1000 / n_valid): mean 1000, sd ~ sqrt(1000 (1 - p)) ~ 31.
+  sd = np.sqrt(1000 * (1 - 1000 / n_valid))
+  assert abs(np.mean(counts) - 1000) < 4 * sd / np.sqrt(20)
+  assert len(set(counts)) > 1
+  a = sparsify.uniform_sparsify(depth, 1000, np.random.default_rng(7))
+  np.testing.assert_array_equal(a, sparsify.uniform_sparsify(depth, 1000, np.random.default_rng(7)))
