@@ -169,7 +169,8 @@ class UNet(nn.Module):
     out = activation(outc(y))                                             zero-pad to skip, cat [skip, up]
 
   The input is raw (unnormalised) depth in metres or a raw confidence; BatchNorm absorbs the scale.
-  Block outputs are sown into 'intermediates' under the reference's names (inc, down1, ..., outc).
+  Block outputs are sown into 'intermediates' as <block>_out (inc_out, down1_out, ..., outc_out, the latter
+  before the activation).
 
   Attributes:
     features: widths of (inc, down1, down2, down3); the decoder mirrors them.
@@ -193,7 +194,7 @@ class UNet(nn.Module):
 
     def block(name, feats, inp):
       out = DoubleConv(feats, p, name=name)(inp, train)
-      self.sow("intermediates", name, out)
+      self.sow("intermediates", f"{name}_out", out)
       return out
 
     def up(name, feats, low, skip):
@@ -208,7 +209,7 @@ class UNet(nn.Module):
     y = up("up3", f2, y, x2)
     y = up("up4", f1, y, x1)
     y = conv(self.out_features, 1, y.shape[-1], p, name="outc")(y)
-    self.sow("intermediates", "outc", y)
+    self.sow("intermediates", "outc_out", y)
     return UNET_ACTIVATIONS[self.activation](y)
 
 
@@ -301,9 +302,15 @@ def build_model(variant: str, **overrides: Any) -> PNCNN:
   return PNCNN(**VARIANTS[variant].model_kwargs(), **overrides)
 
 
-def init_variables(model: nn.Module, rng: Array, shape: tuple[int, int] = (64, 96)) -> dict[str, Any]:
-  """Initial variables ({'params', 'batch_stats'?}) of `model` from a (1, H, W, 1) dummy input."""
-  return model.init(rng, jnp.zeros((1, *shape, 1), jnp.float32), train=False)
+def init_variables(model: nn.Module, rng: Array, shape: tuple[int, int] = (16, 16)) -> dict[str, Any]:
+  """Initial variables ({'params', 'batch_stats'?}) of `model`, traced on a (1, H, W, 1) dummy input.
+
+  The variables do not depend on the input size, so a small one is used. The initialisation is jitted and
+  draws its random numbers with the non-partitionable threefry: on CPU, XLA compiles the partitionable
+  variant about 5x slower (about 1 s per parameter tensor), which made initialising pNCNN take ~20 s.
+  """
+  with jax.threefry_partitionable(False):
+    return jax.jit(lambda key: model.init(key, jnp.zeros((1, *shape, 1), jnp.float32), train=False))(rng)
 
 
 def count_params(params: Any) -> int:
