@@ -12,6 +12,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# Compiling dominates the suite on CPU; a persistent cache shares identical programs across test files and the
+# two xdist workers (and makes a rerun fast). Ignored by git.
+jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("PNCNN_SHARED", REPO.parent / "shared")).resolve()

@@ -1,0 +1,171 @@
+"""Forward and training-step speed of the pNCNN family against the machine's matmul rate, in one run.
+
+  python bench/bench_forward.py --output docs/BENCHMARKS.md     (make bench)
+
+Times, at 352x1216 (the KITTI crop): the pNCNN and NCNN-Conf forward (batch 1, eval mode), a pNCNN training step
+(batch 4, forward + backward + Adam), and a 4096x4096 float32 matmul. FLOPs are counted from the layer shapes
+(2 * H * W * kh * kw * C_in * C_out per convolution; NConv layers count two convolutions), so the
+"fraction of matmul rate" is model FLOP/s over matmul FLOP/s. Writes the section between the markers
+`<!-- forward:begin -->` and `<!-- forward:end -->` of the output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import os
+import pathlib
+import platform
+import re
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pncnn_jax import models, train_step
+
+H, W = 352, 1216
+
+
+def unet_flops(h: int, w: int, cin: int = 1, feats=(32, 32, 64, 64)) -> int:
+  """FLOPs of the compact UNet forward (convolutions only) at h x w."""
+  f1, f2, f3, f4 = feats
+  conv = lambda hw, i, o, k=3: 2 * hw * k * k * i * o  # noqa: E731
+  hw = [(h >> s) * (w >> s) for s in range(4)]
+  total = conv(hw[0], cin, f1) + conv(hw[0], f1, f1)
+  total += conv(hw[1], f1, f2) + conv(hw[1], f2, f2)
+  total += conv(hw[2], f2, f3) + conv(hw[2], f3, f3)
+  total += conv(hw[3], f3, f4) + conv(hw[3], f4, f4)
+  total += conv(hw[2], f4 + f3, f3) + conv(hw[2], f3, f3)
+  total += conv(hw[1], f3 + f2, f2) + conv(hw[1], f2, f2)
+  total += conv(hw[0], f2 + f1, f1) + conv(hw[0], f1, f1)
+  return total + conv(hw[0], f1, 1, 1)
+
+
+def nconv_unet_flops(h: int, w: int) -> int:
+  """FLOPs of the NConvUNet (11 NConv calls, each two convolutions: numerator and denominator)."""
+  conv = lambda hw, i, o, k: 2 * 2 * hw * k * k * i * o  # noqa: E731
+  hw = [(h >> s) * (w >> s) for s in range(4)]
+  total = conv(hw[0], 1, 2, 5) + 2 * conv(hw[0], 2, 2, 5)
+  total += 2 * conv(hw[1], 2, 2, 5) + conv(hw[2], 2, 2, 5) + conv(hw[3], 2, 2, 5)
+  total += conv(hw[2], 4, 2, 3) + conv(hw[1], 4, 2, 3) + conv(hw[0], 4, 2, 3) + conv(hw[0], 2, 1, 1)
+  return total
+
+
+def model_flops(variant: str, h: int = H, w: int = W) -> int:
+  v = models.VARIANTS[variant]
+  total = nconv_unet_flops(h, w)
+  total += unet_flops(h, w) if v.conf_estimator != "none" else 0
+  total += unet_flops(h, w, 1 if v.var_estimator == "cout" else 2) if v.var_estimator != "none" else 0
+  return total
+
+
+def timeit(fn, *args, repeats: int = 5) -> float:
+  """Median wall time of fn(*args) in seconds, after one compile/warm-up call."""
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times))
+
+
+def peak_rss_gb() -> float:
+  import resource
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def run(repeats: int) -> dict:
+  results = {}
+  a = jax.random.normal(jax.random.key(0), (4096, 4096), jnp.float32)
+  mm = jax.jit(lambda a, b: a @ b)
+  t = timeit(mm, a, a, repeats=repeats)
+  results["matmul"] = {"seconds": t, "gflop": 2 * 4096**3 / 1e9, "gflops": 2 * 4096**3 / t / 1e9}
+  rate = results["matmul"]["gflops"]
+  rng = np.random.default_rng(0)
+  sparse1 = np.where(rng.random((1, H, W, 1)) < 0.05, rng.uniform(2, 80, (1, H, W, 1)), 0).astype(np.float32)
+  for variant in ("pncnn", "ncnn_conf_l1"):
+    model = models.build_model(variant)
+    variables = models.init_variables(model, jax.random.key(0))
+    fwd = jax.jit(functools.partial(model.apply, train=False))
+    t = timeit(fwd, variables, jnp.asarray(sparse1), repeats=repeats)
+    gflop = model_flops(variant) / 1e9
+    results[f"{variant}_forward_b1"] = {"seconds": t, "gflop": gflop, "gflops": gflop / t,
+                                        "fraction_of_matmul": gflop / t / rate}
+  model = models.build_model("pncnn")
+  variables = models.init_variables(model, jax.random.key(0))
+  state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
+  sparse4 = np.where(rng.random((4, H, W, 1)) < 0.05, rng.uniform(2, 80, (4, H, W, 1)), 0).astype(np.float32)
+  target4 = np.where(rng.random((4, H, W, 1)) < 0.2, rng.uniform(2, 80, (4, H, W, 1)), 0).astype(np.float32)
+  batch = {"sparse": jnp.asarray(sparse4), "target": jnp.asarray(target4)}
+  step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"))
+  t = timeit(lambda s, b: step(s, b)[1]["loss"], state, batch, repeats=max(2, repeats // 2))
+  gflop = 3 * 4 * model_flops("pncnn") / 1e9  # backward ~ 2x forward
+  results["pncnn_train_step_b4"] = {"seconds": t, "gflop": gflop, "gflops": gflop / t,
+                                    "fraction_of_matmul": gflop / t / rate}
+  results["peak_rss_gb"] = peak_rss_gb()
+  return results
+
+
+def render(results: dict) -> str:
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+  import flax
+  lines = [
+      "## Forward and training step (issue 2)",
+      "",
+      f"Machine: {cpu}, {os.cpu_count()} cores, backend {jax.default_backend()} ({jax.devices()[0].device_kind}). "
+      f"Python {platform.python_version()}, jax {jax.__version__}, flax {flax.__version__}. "
+      f"Date: {datetime.date.today().isoformat()}. Command: `python bench/bench_forward.py --output docs/BENCHMARKS.md`.",
+      "",
+      "FLOPs counted from the layer shapes (convolutions only; NConv = two convolutions; training step = 3x forward).",
+      "",
+      "| what | time (s) | GFLOP | GFLOP/s | fraction of matmul rate |",
+      "|---|---|---|---|---|",
+  ]
+  names = {"matmul": "4096x4096 float32 matmul", "pncnn_forward_b1": "pNCNN forward, 352x1216, batch 1",
+           "ncnn_conf_l1_forward_b1": "NCNN-Conf forward, 352x1216, batch 1",
+           "pncnn_train_step_b4": "pNCNN training step, 352x1216, batch 4 (fwd+bwd+Adam)"}
+  for key, label in names.items():
+    r = results[key]
+    frac = f"{r['fraction_of_matmul']:.2f}" if "fraction_of_matmul" in r else "1 (reference)"
+    lines.append(f"| {label} | {r['seconds']:.3f} | {r['gflop']:.1f} | {r['gflops']:.1f} | {frac} |")
+  lines += ["", f"Peak resident memory of the benchmark process: {results['peak_rss_gb']:.2f} GB.", "",
+            "Official PyTorch code on this machine kind (from the issue): pNCNN forward 1.64-1.77 s, batch-4 "
+            "training step 23.4-24.0 s, peak 8.4 GB."]
+  return "\n".join(lines)
+
+
+def write_section(path: pathlib.Path, name: str, body: str) -> None:
+  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+  text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by the script it names.\n"
+  block = f"{begin}\n{body}\n{end}"
+  if begin in text:
+    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+  else:
+    text = text.rstrip() + "\n\n" + block + "\n"
+  path.write_text(text)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--output", type=pathlib.Path, default=None, help="markdown file to write the section into")
+  parser.add_argument("--repeats", type=int, default=5)
+  args = parser.parse_args(argv)
+  body = render(run(args.repeats))
+  print(body)
+  if args.output:
+    write_section(args.output, "forward", body)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,110 @@
+"""The pure training and evaluation steps: TrainState, optimizer, `train_step`, `eval_step`.
+
+`train_step(state, batch, *, loss_name) -> (state, metrics)` is a pure function; bind the static `loss_name` with
+`functools.partial` and `jax.jit` it. Under `jit` with the batch sharded over a `data` mesh axis and the state
+replicated, it is data-parallel: the loss and the BatchNorm statistics are means over the *global* batch, so
+gradients and statistics equal those of one device on the whole batch (sync BatchNorm, as the reference's
+single-GPU training).
+
+Batches are dicts of NHWC arrays: `sparse` (B, H, W, 1) input depth in metres (0 = missing) and `target`
+(B, H, W, 1) ground-truth depth in metres (0 = no ground truth).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from flax.training import train_state
+
+from pncnn_jax import losses, models
+
+Array = jax.Array
+
+
+class TrainState(train_state.TrainState):
+  """Flax TrainState plus the BatchNorm running statistics (empty dict for NCNN, which has none)."""
+
+  batch_stats: Any = struct.field(default_factory=dict)
+
+
+def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> optax.Schedule:
+  """PyTorch StepLR stepped once per epoch: lr = base_lr * gamma^(epoch // decay_epochs), epoch = step // steps_per_epoch
+  (REFERENCE 8.2: KITTI decays every 5 epochs, NYU every 3)."""
+  return optax.exponential_decay(base_lr, steps_per_epoch * decay_epochs, gamma, staircase=True)
+
+
+def make_optimizer(learning_rate: float | optax.Schedule) -> optax.GradientTransformation:
+  """Plain Adam as the published models were trained (amsgrad=False, REFERENCE 8.2 and 11.2):
+  betas (0.9, 0.999), eps 1e-8 added after the bias-corrected sqrt(v), no weight decay."""
+  return optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+
+
+def create_train_state(model: nn.Module, variables: dict[str, Any], tx: optax.GradientTransformation) -> TrainState:
+  """A TrainState from initial or converted variables ({'params', 'batch_stats'?})."""
+  return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
+                           batch_stats=variables.get("batch_stats", {}))
+
+
+def variables_of(state: TrainState) -> dict[str, Any]:
+  """The model variables held by a state, in `model.apply` form."""
+  if state.batch_stats:
+    return {"params": state.params, "batch_stats": state.batch_stats}
+  return {"params": state.params}
+
+
+def loss_and_grads(
+    state: TrainState, params: Any, batch: dict[str, Array], loss_name: str
+) -> tuple[tuple[Array, tuple[models.ModelOutput, Any]], Any]:
+  """Train-mode forward (BatchNorm batch statistics), the loss, and d loss / d params.
+
+  Returns ((loss, (outputs, new_batch_stats)), grads).
+  """
+  loss_fn = losses.get_loss(loss_name)
+
+  def objective(p):
+    variables = {"params": p}
+    if state.batch_stats:
+      variables["batch_stats"] = state.batch_stats
+      out, updates = state.apply_fn(variables, batch["sparse"], train=True, mutable=["batch_stats"])
+      new_stats = updates["batch_stats"]
+    else:
+      out, new_stats = state.apply_fn(variables, batch["sparse"], train=True), {}
+    return loss_fn(out, batch["target"]), (out, new_stats)
+
+  return jax.value_and_grad(objective, has_aux=True)(params)
+
+
+def batch_errors(pred: Array, target: Array) -> dict[str, Array]:
+  """MAE and RMSE in metres over the valid (target > 0) pixels pooled over the batch (as the training CSV)."""
+  valid = target > 0
+  n = jnp.maximum(jnp.sum(valid), 1)
+  err = jnp.where(valid, pred - target, 0.0)
+  return {"mae": jnp.sum(jnp.abs(err)) / n, "rmse": jnp.sqrt(jnp.sum(err * err) / n)}
+
+
+def train_step(state: TrainState, batch: dict[str, Array], *, loss_name: str) -> tuple[TrainState, dict[str, Array]]:
+  """One optimisation step: forward in train mode, loss, backward, Adam update, BatchNorm statistics update.
+
+  Metrics (scalars): loss, mae and rmse (metres, from this step's train-mode prediction, before the update, as
+  the reference's training CSV), grad_norm and param_norm (global L2), and is_finite (loss and gradients).
+  """
+  (loss, (out, new_stats)), grads = loss_and_grads(state, state.params, batch, loss_name)
+  new_state = state.apply_gradients(grads=grads, batch_stats=new_stats)
+  metrics = {
+      "loss": loss,
+      "grad_norm": optax.global_norm(grads),
+      "param_norm": optax.global_norm(new_state.params),
+      "is_finite": jnp.isfinite(loss) & jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])),
+      **batch_errors(out.depth, batch["target"]),
+  }
+  return new_state, metrics
+
+
+def eval_step(state: TrainState, batch: dict[str, Array]) -> models.ModelOutput:
+  """Eval-mode forward (BatchNorm running statistics) on `batch['sparse']`."""
+  return state.apply_fn(variables_of(state), batch["sparse"], train=False)
