@@ -97,8 +97,8 @@ def train_step(state: TrainState, batch: dict[str, Array], *, loss_name: str) ->
   new_state = state.apply_gradients(grads=grads, batch_stats=new_stats)
   metrics = {
       "loss": loss,
-      "grad_norm": optax.global_norm(grads),
-      "param_norm": optax.global_norm(new_state.params),
+      "grad_norm": optax.tree.norm(grads),
+      "param_norm": optax.tree.norm(new_state.params),
       "is_finite": jnp.isfinite(loss) & jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])),
       **batch_errors(out.depth, batch["target"]),
   }

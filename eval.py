@@ -1,0 +1,43 @@
+r"""Evaluates a checkpoint: `python eval.py --config configs/kitti.py:pncnn --workdir DIR --checkpoint best`.
+
+`--checkpoint` is 'best' or 'latest' (of the run in --workdir), a pncnn_jax checkpoint directory, or an official
+pNCNN `.pth.tar` / `.npz` state dict. Prints the metrics table and writes results.{json,csv,md},
+sparsification.png and panels.png to --output (default DIR/eval_<checkpoint>). `--pairs_dir` evaluates KITTI
+velodyne_raw/groundtruth PNG pairs found under a directory (bottom 352x1216 crop) instead of the config's split.
+Evaluation never builds the training pipeline.
+"""
+
+import sys
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "training run directory (for best/latest; default output root)")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "best | latest | PATH (.pth.tar, .npz or a directory)")
+_OUTPUT = flags.DEFINE_string("output", None, "report directory (default: <workdir>/eval_<checkpoint>)")
+_PAIRS_DIR = flags.DEFINE_string("pairs_dir", None, "evaluate the KITTI PNG pairs under this directory instead")
+_MULTIHOST = flags.DEFINE_bool("multihost", False, "call jax.distributed.initialize() (multi-host runs)")
+flags.mark_flags_as_required(["config"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every file it writes at INFO
+  import jax  # pylint: disable=g-import-not-at-top
+  if _MULTIHOST.value:
+    jax.distributed.initialize()
+  from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
+  if not _WORKDIR.value and not _OUTPUT.value:
+    raise app.UsageError("give --workdir or --output (where the reports go)")
+  try:
+    evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
+                                 output_dir=_OUTPUT.value)
+  except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError included)
+    sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,395 @@
+"""Evaluation of a model on a split: error metrics, uncertainty (AUSE, AUCE, NLL), disturbed-point AUROC.
+
+`run_evaluation` is what the training loop validates with and what `eval.py` reports with; it never builds the
+training pipeline. Per image, the KITTI (mm, 1/km) or NYU (m) metrics of `pncnn_jax.metrics` are averaged over
+the split (REFERENCE.md 6.1); the per-pixel squared errors and confidences of all valid pixels are pooled for
+AUSE (REFERENCE.md 6.3 / 6.4).
+
+Uncertainty as a standard deviation in metres (used for AUCE, NLL and the "uncertainty" panels) follows from the
+loss the model was trained with:
+  gaussian_nll       sigma = 1/sqrt(c)           c = out.confidence, a precision [1/m^2] (REFERENCE.md 5)
+  gaussian_nll_exp   sigma = exp(-c/2)           the data term's precision is exp(c)
+  laplace_nll        sigma = sqrt(2)/c           c = 1/b, Laplace std sqrt(2) b
+  masked_l1 / l2     none: out.confidence is the propagated NConv confidence, not calibrated; AUSE ranks by it
+                     and AUCE / NLL are reported as null.
+
+On synthetic data the batches carry `disturbed` (LiDAR points off the visible surface); the AUROC of the input
+confidence c0 for detecting them is reported: the probability that a disturbed point gets a lower c0 than a
+clean one (Mann-Whitney, ties count 1/2), over all input points (sparse > 0).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import math
+import pathlib
+from typing import Any, Iterable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from pncnn_jax import metrics as M
+from pncnn_jax import models
+
+PROBABILISTIC_LOSSES = ("gaussian_nll", "gaussian_nll_exp", "laplace_nll")
+
+
+def precision_equivalent(conf: np.ndarray, loss_name: str) -> np.ndarray | None:
+  """1/sigma^2 [1/m^2] of a model trained with `loss_name` (see module doc), or None without a calibrated sigma.
+
+  A monotone increasing function of the confidence, so it ranks pixels exactly as the confidence does.
+  """
+  c = np.asarray(conf, np.float64)
+  if loss_name == "gaussian_nll":
+    return c
+  if loss_name == "gaussian_nll_exp":
+    with np.errstate(over="ignore"):
+      return np.exp(c)
+  if loss_name == "laplace_nll":
+    return 0.5 * c * c
+  return None
+
+
+def sigma_of(conf: np.ndarray, loss_name: str) -> np.ndarray | None:
+  """Predicted standard deviation [m] (see module doc), or None for models without a calibrated sigma."""
+  prec = precision_equivalent(conf, loss_name)
+  return None if prec is None else M.sigma_from_precision(prec)
+
+
+def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+  """Area under the ROC curve of `scores` for the positive `labels` (rank-based, Mann-Whitney U).
+
+  AUROC = (sum of the ranks of the positives - n_pos (n_pos + 1) / 2) / (n_pos n_neg), ranks 1-based with ties
+  averaged, so a tie between a positive and a negative counts 1/2. NaN when one class is empty.
+
+  Args:
+    scores: (N,) higher = more likely positive.
+    labels: (N,) bool.
+  """
+  scores = np.asarray(scores, np.float64).ravel()
+  labels = np.asarray(labels, bool).ravel()
+  if scores.shape != labels.shape:
+    raise ValueError(f"auroc: scores {scores.shape} and labels {labels.shape} differ in shape")
+  n_pos = int(labels.sum())
+  n_neg = labels.size - n_pos
+  if n_pos == 0 or n_neg == 0:
+    return float("nan")
+  uniq, inv, counts = np.unique(scores, return_inverse=True, return_counts=True)
+  first_rank = np.cumsum(counts) - counts + 1  # 1-based rank of each distinct value's first occurrence
+  avg_rank = first_rank + (counts - 1) / 2.0
+  rank_sum = float(np.sum(avg_rank[inv][labels]))
+  return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+
+
+@dataclasses.dataclass
+class EvalResult:
+  """What `run_evaluation` measured on a split.
+
+  metrics: split means of the per-image error metrics (KITTI mm / 1/km, or NYU m) and `num_images`.
+  uncertainty: ause_pncnn, ause_gustafsson, auce and nll (None without a calibrated sigma), num_pixels.
+  auroc_disturbed: AUROC of -c0 for the disturbed input points (synthetic data only, else None).
+  sparsification: the pNCNN-normalised curves (`metrics.Sparsification`) for the plot.
+  panels: up to `num_panels` dicts of (H, W) arrays: sparse, input_confidence, depth, uncertainty, error, target.
+  """
+
+  metrics: dict[str, float]
+  uncertainty: dict[str, Any]
+  auroc_disturbed: float | None
+  sparsification: Any
+  sparsification_gustafsson: Any
+  panels: list[dict[str, np.ndarray]]
+  uncertainty_kind: str
+
+  def summary(self) -> dict[str, Any]:
+    """A flat JSON-able dict of every scalar."""
+    out: dict[str, Any] = dict(self.metrics)
+    out.update(self.uncertainty)
+    if self.auroc_disturbed is not None:
+      out["auroc_disturbed"] = self.auroc_disturbed
+    return out
+
+
+def make_eval_fn(model: models.PNCNN, loss_name: str, metric_set: str):
+  """jit(variables, sparse, target) -> (ModelOutput, per-image metrics), eval mode."""
+  del loss_name
+  if metric_set not in ("kitti", "nyu"):
+    raise ValueError(f"metrics must be 'kitti' or 'nyu', got {metric_set!r}")
+  metric_fn = M.kitti_metrics if metric_set == "kitti" else M.nyu_metrics
+
+  @jax.jit
+  def fn(variables, sparse, target):
+    out = model.apply(variables, sparse, train=False)
+    return out, metric_fn(out.depth, target)
+
+  return fn
+
+
+def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
+  if x.shape[0] == n:
+    return x
+  pad = np.zeros((n - x.shape[0],) + x.shape[1:], x.dtype)
+  return np.concatenate([x, pad], axis=0)
+
+
+def _to_host(tree: Any) -> Any:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    return multihost_utils.process_allgather(tree, tiled=True)
+  return jax.device_get(tree)
+
+
+def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: Iterable[Mapping[str, np.ndarray]],
+                   *, loss_name: str, metric_set: str = "kitti", mesh: Mesh | None = None, max_batches: int = -1,
+                   num_panels: int = 0, eval_fn=None, progress: bool = False) -> EvalResult:
+  """Evaluates `model` with `variables` on `batches` (dicts with NHWC `sparse`, `target`, optional `disturbed`).
+
+  Each batch is zero-padded to a multiple of the device count (padded rows are dropped again) and sharded over
+  the mesh's 'data' axis; variables are replicated.
+
+  Args:
+    model, variables: the network and its {'params', 'batch_stats'?}.
+    batches: an iterable of this host's batches (e.g. `pncnn_jax.data.make_iterator` of an eval split).
+    loss_name: the loss the model was trained with (decides sigma, see the module doc).
+    metric_set: 'kitti' or 'nyu'.
+    mesh: device mesh (default: all devices).
+    max_batches: stop after this many batches (-1: all).
+    num_panels: keep the first `num_panels` images for qualitative panels.
+    eval_fn: a `make_eval_fn` result to reuse (saves a compilation).
+    progress: show a tqdm bar.
+  """
+  if mesh is None:
+    mesh = Mesh(np.asarray(jax.devices()), ("data",))
+  eval_fn = eval_fn or make_eval_fn(model, loss_name, metric_set)
+  n_dev = mesh.devices.size // jax.process_count()
+  sharded, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+  variables = jax.device_put(variables, replicated)
+  mean_acc, unc_acc = M.MeanAccumulator(), M.UncertaintyAccumulator()
+  has_sigma = loss_name in PROBABILISTIC_LOSSES
+  dist_scores: list[np.ndarray] = []
+  dist_labels: list[np.ndarray] = []
+  panels: list[dict[str, np.ndarray]] = []
+  num_images = 0
+  it = iter(batches)
+  if progress:
+    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
+    it = tqdm(it, unit="batch", desc="eval", dynamic_ncols=True)
+  for i, batch in enumerate(it):
+    if 0 <= max_batches <= i:
+      break
+    sparse, target = np.asarray(batch["sparse"], np.float32), np.asarray(batch["target"], np.float32)
+    if sparse.ndim != 4 or sparse.shape[-1] != 1 or sparse.shape != target.shape:
+      raise ValueError(f"evaluation batch {i}: expected sparse and target of one shape (B, H, W, 1), got "
+                       f"{sparse.shape} and {target.shape}")
+    b = sparse.shape[0]
+    padded = -(-b // n_dev) * n_dev
+    arrs = [jax.make_array_from_process_local_data(sharded, _pad_rows(a, padded)) for a in (sparse, target)]
+    out, per_image = _to_host(eval_fn(variables, *arrs))
+    if jax.process_count() > 1:  # every host's rows, each padded; padded rows have no valid target
+      sparse, target = (np.asarray(_to_host(a)) for a in arrs)
+      keep = np.ones(sparse.shape[0], bool)
+    else:
+      keep = np.arange(padded) < b
+    depth, conf = np.asarray(out.depth)[keep], np.asarray(out.confidence)[keep]
+    c0 = np.asarray(out.input_confidence)[keep]
+    mean_acc.update({k: np.asarray(v)[keep] for k, v in per_image.items()})
+    prec = precision_equivalent(conf, loss_name)
+    unc_acc.update(depth, target, conf if prec is None else prec.astype(np.float32))
+    if "disturbed" in batch and jax.process_count() == 1:
+      pts = sparse > 0
+      dist_scores.append(-c0[pts].astype(np.float64))
+      dist_labels.append(np.asarray(batch["disturbed"], bool)[pts])
+    for j in range(depth.shape[0]):
+      if len(panels) >= num_panels:
+        break
+      sig = sigma_of(conf[j], loss_name)
+      valid = target[j, ..., 0] > 0
+      panels.append({
+          "sparse": sparse[j, ..., 0], "input_confidence": c0[j, ..., 0], "depth": depth[j, ..., 0],
+          "uncertainty": (sig if sig is not None else conf[j])[..., 0],
+          "error": np.where(valid, np.abs(depth[j, ..., 0] - target[j, ..., 0]), np.nan),
+          "target": target[j, ..., 0],
+      })
+    num_images += depth.shape[0]
+  if num_images == 0:
+    raise ValueError("evaluation: the split gave no images")
+  mres = mean_acc.result()
+  mres["num_images"] = num_images
+  ures = unc_acc.result()
+  unc = {"ause_pncnn": ures["ause_pncnn"], "ause_gustafsson": ures["ause_gustafsson"],
+         "auce": ures["auce"] if has_sigma else None, "nll": ures["nll"] if has_sigma else None,
+         "num_pixels": ures["num_pixels"]}
+  au = None
+  if dist_scores:
+    au = auroc(np.concatenate(dist_scores), np.concatenate(dist_labels))
+  return EvalResult(metrics=mres, uncertainty=unc, auroc_disturbed=au,
+                    sparsification=ures["sparsification_pncnn"],
+                    sparsification_gustafsson=ures["sparsification_gustafsson"], panels=panels,
+                    uncertainty_kind="sigma [m]" if has_sigma else "confidence (uncalibrated)")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# KITTI-layout PNG pairs (e.g. ../shared/data/kitti_depth_mini), without TFDS
+
+
+def kitti_pairs(root: str | pathlib.Path) -> list[tuple[pathlib.Path, pathlib.Path]]:
+  """(velodyne_raw PNG, groundtruth PNG) pairs under a KITTI depth-completion tree (REFERENCE.md 7.1)."""
+  root = pathlib.Path(root)
+  if not root.is_dir():
+    raise FileNotFoundError(f"--pairs_dir {root} is not a directory")
+  pairs = []
+  for s in sorted(root.glob("**/proj_depth/velodyne_raw/**/*.png")):
+    parts = list(s.parts)
+    i = len(parts) - 1 - parts[::-1].index("velodyne_raw")
+    g = pathlib.Path(*parts[:i], "groundtruth", *parts[i + 1:])
+    if not g.is_file():
+      raise FileNotFoundError(f"{s}: no ground truth at {g}")
+    pairs.append((s, g))
+  if not pairs:
+    raise FileNotFoundError(f"no */proj_depth/velodyne_raw/*/*.png under {root}")
+  return pairs
+
+
+def kitti_pair_batches(root: str | pathlib.Path, crop_hw: tuple[int, int] = (352, 1216)):
+  """Yields batches of one image: the bottom `crop_hw` rows, centred columns (val_selection_cropped style)."""
+  from pncnn_jax.data import io, sparsify  # pylint: disable=g-import-not-at-top
+  for s, g in kitti_pairs(root):
+    sparse = io.read_kitti_depth(s)
+    target = io.read_kitti_depth(g, expected_shape=sparse.shape)
+    top, left = sparsify.crop_offsets(*sparse.shape, *crop_hw, "bottom")
+    win = np.s_[top:top + crop_hw[0], left:left + crop_hw[1]]
+    name = str(s.relative_to(root))
+    yield {"sparse": sparse[win][None, ..., None], "target": target[win][None, ..., None],
+           "name": np.asarray([name])}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reports
+
+
+TABLE_ORDER = ("mae", "rmse", "imae", "irmse", "absrel", "delta1", "delta2", "delta3", "ause_pncnn",
+               "ause_gustafsson", "auce", "nll", "auroc_disturbed", "num_images")
+UNITS = {"kitti": {"mae": "mm", "rmse": "mm", "mse": "mm^2", "imae": "1/km", "irmse": "1/km", "delta1": "%",
+                   "delta2": "%", "delta3": "%"},
+         "nyu": {"mae": "m", "rmse": "m", "mse": "m^2", "delta1": "%", "delta2": "%", "delta3": "%"}}
+
+
+def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti") -> str:
+  """A markdown table, one row per named result (e.g. per model)."""
+  keys = [k for k in TABLE_ORDER if any(k in r for r in rows.values())]
+  units = UNITS[metric_set]
+  head = ["model"] + [f"{k} [{units[k]}]" if k in units else k for k in keys]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for name, r in rows.items():
+    cells = [name]
+    for k in keys:
+      v = r.get(k)
+      cells.append("n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                   (f"{v:.4g}" if isinstance(v, float) else str(v)))
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, metric_set: str,
+                  extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+  """Writes `<outdir>/{results.json, results.csv, results.md, sparsification.png, panels.png}`."""
+  from pncnn_jax import viz  # pylint: disable=g-import-not-at-top
+  outdir = pathlib.Path(outdir)
+  outdir.mkdir(parents=True, exist_ok=True)
+  summ = result.summary()
+  paths = {k: str(outdir / f) for k, f in (("json", "results.json"), ("csv", "results.csv"),
+                                            ("md", "results.md"), ("sparsification", "sparsification.png"),
+                                            ("panels", "panels.png"))}
+  payload = {"name": name, "metric_set": metric_set, "units": UNITS[metric_set],
+             "uncertainty_kind": result.uncertainty_kind, "results": summ,
+             "sparsification": {"fractions": result.sparsification.fractions.tolist(),
+                                "oracle": result.sparsification.oracle.tolist(),
+                                "model": result.sparsification.model.tolist()},
+             **(dict(extra) if extra else {})}
+  pathlib.Path(paths["json"]).write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
+  with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
+    w = csv.writer(f)
+    w.writerow(["name"] + list(summ))
+    w.writerow([name] + ["" if v is None else v for v in summ.values()])
+  pathlib.Path(paths["md"]).write_text(format_table({name: summ}, metric_set) + "\n")
+  viz.sparsification_plot({name: result.sparsification}, paths["sparsification"])
+  if result.panels:
+    viz.panels_figure(result.panels, paths["panels"], uncertainty_label=result.uncertainty_kind)
+  else:
+    del paths["panels"]
+  return paths
+
+
+def _json_default(o: Any) -> Any:
+  if isinstance(o, (np.generic,)):
+    return o.item()
+  if isinstance(o, np.ndarray):
+    return o.tolist()
+  return str(o)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# eval.py
+
+
+def load_checkpoint_variables(config, workdir: str | pathlib.Path | None, checkpoint: str
+                              ) -> tuple[dict[str, Any], dict[str, Any]]:
+  """Variables for `--checkpoint`: 'best' / 'latest' of `workdir`'s run, an official .pth.tar / .npz file
+  (`convert.load_official`, checked against config.variant), or a pncnn_jax checkpoint directory."""
+  from pncnn_jax import checkpointing, convert  # pylint: disable=g-import-not-at-top
+  if checkpoint in ("best", "latest"):
+    if not workdir:
+      raise ValueError(f"--checkpoint={checkpoint} needs --workdir (the training run)")
+    wd = pathlib.Path(workdir)
+    if not (wd / checkpointing.CHECKPOINT_SUBDIR).is_dir():
+      raise FileNotFoundError(f"--checkpoint={checkpoint}: {wd} holds no checkpoints/ (train there first, or "
+                              "pass --checkpoint=PATH)")
+    variables, meta = checkpointing.restore_variables(wd, step=checkpoint)
+  else:
+    path = pathlib.Path(checkpoint)
+    if not path.exists():
+      raise FileNotFoundError(f"--checkpoint={checkpoint}: no such file or directory")
+    if path.is_file():
+      variables, meta = convert.load_official(path, variant=config.variant)
+    else:
+      variables, meta = checkpointing.restore_variables(path, step="best")
+  v = meta.get("variant")
+  if v is not None and v != config.variant:
+    raise ValueError(f"--checkpoint={checkpoint} holds variant {v!r} but the config is {config.variant!r}")
+  return variables, meta
+
+
+def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *, pairs_dir: str | None = None,
+                        output_dir: str | None = None, progress: bool = True) -> tuple[EvalResult, dict[str, str]]:
+  """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
+  `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`)."""
+  from pncnn_jax import train  # pylint: disable=g-import-not-at-top  (config helpers only)
+  loss_name = train.variant_loss(config)
+  variables, meta = load_checkpoint_variables(config, workdir, checkpoint)
+  model = train.build_model(config)
+  if pairs_dir:
+    batches = kitti_pair_batches(pairs_dir, (config.data.eval_crop_height, config.data.eval_crop_width))
+  else:
+    from pncnn_jax import data  # pylint: disable=g-import-not-at-top
+    per_host = max(1, config.eval_batch_size // jax.process_count())
+    batches = data.make_iterator(train.data_config(config, "eval", batch_size=per_host, num_epochs=1))
+  result = run_evaluation(model, variables, batches, loss_name=loss_name, metric_set=config.metrics,
+                          max_batches=config.num_eval_batches, num_panels=config.num_panels, progress=progress)
+  tag = checkpoint if checkpoint in ("best", "latest") else pathlib.Path(checkpoint).name.split(".")[0]
+  if output_dir is None:
+    if not workdir:
+      raise ValueError("give --workdir (or an output directory) for the reports")
+    output_dir = str(pathlib.Path(workdir) / f"eval_{tag}")
+  name = f"{config.variant}@{tag}"
+  extra = {"checkpoint": checkpoint, "checkpoint_step": meta.get("step"), "variant": config.variant,
+           "loss": loss_name, "data": pairs_dir or f"{config.data.dataset}/{config.data.eval_split}"}
+  paths = write_reports(result, output_dir, name, config.metrics, extra)
+  if jax.process_index() == 0:
+    print(format_table({name: result.summary()}, config.metrics))
+    print("wrote " + ", ".join(paths.values()))
+  return result, paths

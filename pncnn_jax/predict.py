@@ -1,0 +1,153 @@
+r"""Depth completion with uncertainty on your own sparse depth maps.
+
+  python -m pncnn_jax.predict --checkpoint PATH --input FILE_OR_DIR --output DIR [--variant NAME]
+
+For every KITTI-format sparse depth PNG (16-bit, metres * 256, 0 = no measurement; a directory is searched
+recursively for *.png) it writes, under the same relative name in DIR:
+  <name>.png               the completed depth, KITTI format (16-bit, round(d * 256), negative predictions -> 0)
+  <name>_sigma.npy         float32 (H, W) predicted standard deviation in metres (models trained with a
+                           probabilistic loss; see pncnn_jax.evaluate), or
+  <name>_confidence.npy    float32 (H, W) the output confidence, for NCNN-style models without a calibrated sigma
+  <name>_preview.png       colour preview: depth on top, uncertainty below
+Any image size works: the input is zero-padded at the bottom and right to a multiple of 8 (--pad_multiple) and
+the outputs are cropped back. Padding has zero input confidence, but NConv spreads confidence into it, so
+predictions within a few pixels of the bottom/right border differ slightly from --pad_multiple 1, which runs
+the network at the image's own size exactly as the reference does (it handles any size).
+Files that cannot be read are reported by name and skipped; the exit status is 1 if any file failed.
+
+PATH is a pncnn_jax checkpoint (a training workdir -> its best step, a step directory, or a converted model
+directory) or an official `.pth.tar` / `.npz`; the variant is read from it unless --variant is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pncnn_jax import evaluate, models
+
+MULTIPLE = 8  # three 2x2 poolings
+
+
+def load_model(checkpoint: str | pathlib.Path, variant: str | None = None) -> tuple[models.PNCNN, dict[str, Any], str]:
+  """(model, variables, loss name) from a pncnn_jax checkpoint or an official .pth.tar / .npz."""
+  from pncnn_jax import checkpointing, convert  # pylint: disable=g-import-not-at-top
+  path = pathlib.Path(checkpoint)
+  if not path.exists():
+    raise FileNotFoundError(f"--checkpoint {path}: no such file or directory")
+  if path.is_file():
+    variables, meta = convert.load_official(path, variant=variant)
+  else:
+    variables, meta = checkpointing.restore_variables(path, step="best")
+  v = variant or meta.get("variant")
+  if v is None:
+    raise ValueError(f"--checkpoint {path}: its metadata names no variant; pass --variant")
+  if variant and meta.get("variant") not in (None, variant):
+    raise ValueError(f"--checkpoint {path} holds variant {meta.get('variant')!r}, not --variant {variant!r}")
+  model = models.build_model(v)
+  loss = meta.get("loss") or models.VARIANTS[v].loss
+  return model, variables, loss
+
+
+def pad_to_multiple(depth_hw: np.ndarray, multiple: int = MULTIPLE) -> np.ndarray:
+  """Zero-pads an (H, W) map at the bottom and right to multiples of `multiple`."""
+  h, w = depth_hw.shape
+  return np.pad(depth_hw, ((0, -h % multiple), (0, -w % multiple)))
+
+
+def make_predict_fn(model: models.PNCNN):
+  @jax.jit
+  def fn(variables, sparse):
+    return model.apply(variables, sparse, train=False)
+  return fn
+
+
+def predict_array(model: models.PNCNN, variables: dict[str, Any], sparse_hw: np.ndarray, *,
+                  multiple: int = MULTIPLE, predict_fn=None) -> models.ModelOutput:
+  """Runs the model on one (H, W) sparse depth map [m] of any size; returns (H, W) numpy fields."""
+  sparse_hw = np.asarray(sparse_hw, np.float32)
+  if multiple < 1:
+    raise ValueError(f"pad multiple must be >= 1, got {multiple}")
+  if sparse_hw.ndim != 2:
+    raise ValueError(f"sparse depth must be (H, W), got shape {sparse_hw.shape}")
+  h, w = sparse_hw.shape
+  fn = predict_fn or make_predict_fn(model)
+  out = fn(variables, jnp.asarray(pad_to_multiple(sparse_hw, multiple))[None, ..., None])
+  return jax.tree.map(lambda a: np.asarray(a)[0, :h, :w, 0], out)
+
+
+def input_files(path: pathlib.Path) -> list[tuple[pathlib.Path, pathlib.Path]]:
+  """(file, name relative to the input root) pairs."""
+  if path.is_file():
+    return [(path, pathlib.Path(path.name))]
+  if path.is_dir():
+    files = sorted(p for p in path.rglob("*.png") if not p.name.endswith("_preview.png"))
+    if not files:
+      raise FileNotFoundError(f"--input {path}: no *.png files in this directory")
+    return [(p, p.relative_to(path)) for p in files]
+  raise FileNotFoundError(f"--input {path}: no such file or directory")
+
+
+def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: str | None = None,
+                  multiple: int = MULTIPLE) -> list[str]:
+  """Predicts every input file; returns the messages of the files that failed (empty: all succeeded)."""
+  from pncnn_jax.data import io  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import viz  # pylint: disable=g-import-not-at-top
+  model, variables, loss = load_model(checkpoint, variant)
+  fn = make_predict_fn(model)
+  out_root = pathlib.Path(output_dir)
+  failures = []
+  for src, rel in input_files(pathlib.Path(input_path)):
+    try:
+      sparse = io.read_kitti_depth(src)
+    except (ValueError, OSError) as e:  # DepthFileError is a ValueError
+      failures.append(f"{src}: {e}")
+      print(f"FAILED {src}: {e}", file=sys.stderr)
+      continue
+    out = predict_array(model, variables, sparse, multiple=multiple, predict_fn=fn)
+    depth = np.clip(np.nan_to_num(out.depth, nan=0.0), 0.0, 65535 / 256.0)
+    stem = out_root / rel.with_suffix("")
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    io.write_kitti_depth(stem.with_suffix(".png"), depth)
+    sigma = evaluate.sigma_of(out.confidence, loss)
+    if sigma is not None:
+      unc = sigma.astype(np.float32)
+      np.save(f"{stem}_sigma.npy", unc)
+    else:
+      unc = out.confidence.astype(np.float32)
+      np.save(f"{stem}_confidence.npy", unc)
+    viz.save_depth_preview(depth, f"{stem}_preview.png", uncertainty=unc if sigma is not None else -unc)
+    print(f"{src} -> {stem.with_suffix('.png')}")
+  return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.predict", description=__doc__.splitlines()[0])
+  parser.add_argument("--checkpoint", required=True, help="pncnn_jax checkpoint dir/workdir or official .pth.tar/.npz")
+  parser.add_argument("--input", required=True, help="a sparse depth PNG (KITTI format) or a directory of them")
+  parser.add_argument("--output", required=True, help="output directory")
+  parser.add_argument("--variant", default=None, help=f"model variant, one of {sorted(models.VARIANTS)}")
+  parser.add_argument("--pad_multiple", type=int, default=MULTIPLE,
+                      help="zero-pad to a multiple of this (1: run at the image's own size, as the reference)")
+  args = parser.parse_args(argv)
+  if args.variant is not None and args.variant not in models.VARIANTS:
+    parser.error(f"--variant {args.variant!r} is not one of {sorted(models.VARIANTS)}")
+  try:
+    failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if failures:
+    print(f"{len(failures)} file(s) failed:\n  " + "\n  ".join(failures), file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

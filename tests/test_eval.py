@@ -1,0 +1,136 @@
+"""Evaluation: the official NCNN-Conf-L1 on the real KITTI frames, AUROC, sigma conventions, batching."""
+
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import DATA, GOLDEN, REFERENCE, REPO, load_npz, nchw_to_nhwc
+from pncnn_jax import convert, data, evaluate, metrics, models, train
+
+REAL = GOLDEN / "real"
+CKPT_L1 = REFERENCE / "checkpoints" / "kitti_ncnn_conf_l1_checkpoint-9.pth.tar"
+KITTI_MINI = DATA / "kitti_depth_mini"
+
+
+# ------------------------------------------------------------------------------------------------ real frames
+
+
+@pytest.fixture(scope="module")
+def official_l1(shared_dir):
+  del shared_dir
+  variables, info = convert.load_official(CKPT_L1)
+  assert info["variant"] == "ncnn_conf_l1"
+  return models.build_model("ncnn_conf_l1"), variables
+
+
+def test_kitti_pairs_find_the_two_real_frames(shared_dir):
+  del shared_dir
+  pairs = evaluate.kitti_pairs(KITTI_MINI)
+  assert [p[0].parent.name for p in pairs] == ["image_02", "image_03"]
+  assert all("groundtruth" in str(g) for _, g in pairs)
+
+
+def test_official_ncnn_conf_l1_reproduces_the_real_frame_goldens(official_l1):
+  """eval of the official checkpoint on the two real KITTI frames = the reference's metrics and AUSE."""
+  model, variables = official_l1
+  batches = list(evaluate.kitti_pair_batches(KITTI_MINI))
+  eval_fn = evaluate.make_eval_fn(model, "masked_l1", "kitti")
+  for batch, cam in zip(batches, ("image_02", "image_03")):
+    g = load_npz(REAL / f"torch_kitti_{cam}__kitti_ncnn_conf_l1.npz")
+    # The bottom crop, centred horizontally, is exactly the reference's input and target (REFERENCE real 1).
+    np.testing.assert_array_equal(batch["sparse"], nchw_to_nhwc(g["input"]))
+    np.testing.assert_array_equal(batch["target"], nchw_to_nhwc(g["target"]))
+    res = evaluate.run_evaluation(model, variables, [batch], loss_name="masked_l1", metric_set="kitti",
+                                  eval_fn=eval_fn, num_panels=1)
+    for k in metrics.KITTI_METRICS:
+      np.testing.assert_allclose(res.metrics[k], float(g[f"metric/{k}"]), rtol=1e-5, err_msg=f"{cam} {k}")
+    assert res.uncertainty["ause_pncnn"] == pytest.approx(float(g["ause"]), abs=1e-6)
+    np.testing.assert_allclose(res.sparsification.model, g["rmse_by_var"], atol=1e-5)
+    np.testing.assert_allclose(res.sparsification.oracle, g["rmse_by_err"], atol=1e-6)
+    assert res.uncertainty["num_pixels"] == g["all_err"].size
+    assert res.uncertainty["auce"] is None and res.uncertainty["nll"] is None  # no calibrated sigma for L1
+    assert res.auroc_disturbed is None
+    p = res.panels[0]
+    assert p["depth"].shape == (352, 1216)
+    np.testing.assert_allclose(p["depth"], g["out"][0, 0], atol=5e-3)  # prediction tolerance of the goldens
+
+
+def test_eval_cli_reports_on_pairs_dir(official_l1, tmp_path):
+  """eval.py's library path on the real frames: both images pooled, reports written, official file accepted."""
+  del official_l1
+  cfg = train.load_config(f"{REPO}/configs/kitti.py:ncnn_conf_l1")
+  cfg.num_panels = 2
+  res, paths = evaluate.evaluate_checkpoint(cfg, None, str(CKPT_L1), pairs_dir=str(KITTI_MINI),
+                                            output_dir=str(tmp_path), progress=False)
+  g = [load_npz(REAL / f"torch_kitti_{c}__kitti_ncnn_conf_l1.npz") for c in ("image_02", "image_03")]
+  # Split means are means of per-image values (REFERENCE 6.1).
+  np.testing.assert_allclose(res.metrics["rmse"], np.mean([float(x["metric/rmse"]) for x in g]), rtol=1e-5)
+  # AUSE pools the pixels of both images.
+  err = np.concatenate([x["all_err"] for x in g])
+  var = np.concatenate([x["all_var"] for x in g])
+  assert res.uncertainty["ause_pncnn"] == pytest.approx(metrics.ause_pncnn(err, var).ause, abs=1e-6)
+  for k in ("json", "csv", "md", "sparsification", "panels"):
+    assert (tmp_path / paths[k].split("/")[-1]).stat().st_size > 0
+  assert "| ncnn_conf_l1@kitti_ncnn_conf_l1_checkpoint-9 |" in (tmp_path / "results.md").read_text()
+
+
+def test_checkpoint_of_another_variant_is_a_clear_error(shared_dir):
+  del shared_dir
+  cfg = train.load_config(f"{REPO}/configs/kitti.py:pncnn")
+  with pytest.raises(ValueError, match="pncnn"):
+    evaluate.load_checkpoint_variables(cfg, None, str(CKPT_L1))
+  with pytest.raises(FileNotFoundError, match="no such file"):
+    evaluate.load_checkpoint_variables(cfg, None, "/nonexistent/ckpt.pth.tar")
+  with pytest.raises(ValueError, match="needs --workdir"):
+    evaluate.load_checkpoint_variables(cfg, None, "best")
+
+
+# ------------------------------------------------------------------------------------------------ AUROC, sigma
+
+
+def test_auroc_equals_pair_counting():
+  rng = np.random.default_rng(0)
+  scores = rng.integers(0, 6, 60).astype(float)  # many ties
+  labels = rng.random(60) < 0.3
+  pos, neg = scores[labels], scores[~labels]
+  brute = np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg)])
+  assert evaluate.auroc(scores, labels) == pytest.approx(brute, abs=1e-12)
+  assert evaluate.auroc([3, 4, 1, 2], [1, 1, 0, 0]) == 1.0
+  assert evaluate.auroc([1, 2, 3, 4], [1, 1, 0, 0]) == 0.0
+  assert evaluate.auroc([5, 5, 5, 5], [1, 0, 1, 0]) == 0.5
+  assert np.isnan(evaluate.auroc([1, 2], [1, 1]))
+
+
+def test_sigma_conventions():
+  c = np.array([0.25, 1.0, 4.0])
+  np.testing.assert_allclose(evaluate.sigma_of(c, "gaussian_nll"), [2.0, 1.0, 0.5])  # 1/sqrt(c)
+  np.testing.assert_allclose(evaluate.sigma_of(c, "gaussian_nll_exp"), np.exp(-c / 2))
+  np.testing.assert_allclose(evaluate.sigma_of(c, "laplace_nll"), np.sqrt(2) / c)  # Laplace std sqrt(2) b
+  assert evaluate.sigma_of(c, "masked_l1") is None
+
+
+def test_uneven_batches_on_two_devices_give_per_image_means():
+  """3 images in batches of 3 (padded to 4 over 2 devices) = the per-image metrics of each image alone."""
+  model = models.build_model("pncnn")
+  variables = models.init_variables(model, jax.random.key(1))
+  it = data.make_iterator({"dataset": "synthetic", "split": "val", "crop": "center", "crop_height": 32,
+                           "crop_width": 64, "batch_size": 3, "num_epochs": 1, "synthetic_size": 3})
+  batch = next(it)
+  res = evaluate.run_evaluation(model, variables, [batch], loss_name="gaussian_nll", num_panels=5)
+  assert len(res.panels) == 3 and res.metrics["num_images"] == 3
+  out = model.apply(variables, batch["sparse"], train=False)
+  per = metrics.kitti_metrics(out.depth, batch["target"])
+  keep = np.asarray(per["num_valid"]) > 0
+  for k in metrics.KITTI_METRICS:
+    np.testing.assert_allclose(res.metrics[k], np.mean(np.asarray(per[k])[keep]), rtol=2e-5)
+  valid = batch["target"] > 0
+  err = np.square(batch["target"][valid] - np.asarray(out.depth)[valid])
+  conf = np.asarray(out.confidence)[valid]
+  assert res.uncertainty["ause_pncnn"] == pytest.approx(metrics.ause_pncnn(err, conf).ause, abs=1e-5)
+  cal = metrics.auce(np.asarray(out.depth), metrics.sigma_from_precision(np.asarray(out.confidence)), batch["target"])
+  assert res.uncertainty["auce"] == pytest.approx(cal.auce, abs=1e-6)
+  pts = batch["sparse"] > 0
+  expected = evaluate.auroc(-np.asarray(out.input_confidence)[pts], batch["disturbed"][pts])
+  assert res.auroc_disturbed == pytest.approx(expected)

@@ -1,0 +1,81 @@
+"""predict: any image size (pad and crop back), KITTI PNG out, sigma .npy, previews, bad files by name."""
+
+import jax
+import numpy as np
+import pytest
+
+from pncnn_jax import checkpointing, predict, models
+from pncnn_jax.data import io
+
+
+def test_any_size_pads_and_crops_back():
+  """multiple=1 is the model at the image's own size (the reference handles any size); the default pads with
+  zeros (confidence 0) to a multiple of 8 and crops back, which equals running on the padded map."""
+  model = models.build_model("ncnn_conf_l1")
+  variables = models.init_variables(model, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  sparse = np.where(rng.random((37, 61)) < 0.3, rng.uniform(2, 60, (37, 61)), 0).astype(np.float32)
+  exact = predict.predict_array(model, variables, sparse, multiple=1)
+  ref = model.apply(variables, sparse[None, ..., None], train=False)
+  np.testing.assert_allclose(exact.depth, np.asarray(ref.depth)[0, ..., 0], rtol=1e-5)  # jit vs eager
+  padded = predict.predict_array(model, variables, sparse)
+  ref_p = model.apply(variables, predict.pad_to_multiple(sparse)[None, ..., None], train=False)
+  assert padded.depth.shape == padded.confidence.shape == (37, 61)
+  np.testing.assert_allclose(padded.depth, np.asarray(ref_p.depth)[0, :37, :61, 0], rtol=1e-6)
+  # Away from the padded border, padding changes the prediction very little (NConv normalises by confidence).
+  np.testing.assert_allclose(padded.depth[:20, :40], exact.depth[:20, :40], rtol=2e-2)
+
+
+def test_pad_to_multiple():
+  a = np.ones((75, 125), np.float32)
+  p = predict.pad_to_multiple(a)
+  assert p.shape == (80, 128)
+  np.testing.assert_array_equal(p[:75, :125], a)
+  assert p[75:].sum() == 0 and p[:, 125:].sum() == 0
+
+
+@pytest.fixture(scope="module")
+def pncnn_checkpoint(tmp_path_factory):
+  model = models.build_model("pncnn")
+  variables = jax.device_get(models.init_variables(model, jax.random.key(2)))
+  path = tmp_path_factory.mktemp("ckpt") / "pncnn_model"
+  checkpointing.save_variables(path, variables, {"variant": "pncnn"})
+  return path, model, variables
+
+
+def test_predict_files_writes_outputs_and_reports_bad_files(pncnn_checkpoint, tmp_path, capsys):
+  ckpt, model, variables = pncnn_checkpoint
+  rng = np.random.default_rng(1)
+  inp = tmp_path / "in"
+  (inp / "sub").mkdir(parents=True)
+  sparse = np.where(rng.random((37, 61)) < 0.2, rng.uniform(2, 60, (37, 61)), 0)  # odd size
+  io.write_kitti_depth(inp / "sub" / "a.png", sparse)
+  (inp / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+  from PIL import Image
+  Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(inp / "rgb.png")
+  out = tmp_path / "out"
+  failures = predict.predict_files(str(ckpt), str(inp), str(out))
+  assert len(failures) == 2 and "broken.png" in failures[0] and "rgb.png" in failures[1]
+  assert "FAILED" in capsys.readouterr().err
+  depth = io.read_kitti_depth(out / "sub" / "a.png")
+  sigma = np.load(out / "sub" / "a_sigma.npy")
+  assert depth.shape == sigma.shape == (37, 61) and sigma.dtype == np.float32
+  ref = predict.predict_array(model, variables, io.read_kitti_depth(inp / "sub" / "a.png"))
+  np.testing.assert_allclose(depth, np.round(np.clip(ref.depth, 0, None) * 256) / 256, atol=1 / 256)
+  np.testing.assert_allclose(sigma, 1 / np.sqrt(ref.confidence), rtol=1e-5)  # pNCNN: sigma = 1/sqrt(c)
+  assert (out / "sub" / "a_preview.png").stat().st_size > 0
+  assert not (out / "broken.png").exists()
+
+
+def test_predict_main_exit_codes(pncnn_checkpoint, tmp_path, capsys):
+  ckpt, _, _ = pncnn_checkpoint
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(tmp_path / "nope"), "--output",
+                       str(tmp_path / "o")]) == 2
+  assert "nope: no such file or directory" in capsys.readouterr().err
+  bad = tmp_path / "bad.png"
+  bad.write_bytes(b"")
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(bad), "--output", str(tmp_path / "o")]) == 1
+  assert "bad.png" in capsys.readouterr().err
+  assert predict.main(["--checkpoint", str(tmp_path / "missing"), "--input", str(bad), "--output",
+                       str(tmp_path / "o")]) == 2
+  assert "missing: no such file or directory" in capsys.readouterr().err

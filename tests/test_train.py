@@ -1,0 +1,180 @@
+"""The training loop: data-parallel step, exact resume, non-finite stop, batch/device checks, metrics file."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from conftest import REPO
+from pncnn_jax import checkpointing, data, train
+from pncnn_jax import train_step as ts
+
+
+def tiny_config(variant="ncnn_conf_l1", **overrides):
+  c = train.load_config(f"{REPO}/configs/synthetic.py:{variant}")
+  c.data.train_crop_height, c.data.train_crop_width = 32, 64
+  c.data.eval_crop_height, c.data.eval_crop_width = 32, 64
+  c.data.synthetic_size = 64
+  c.data.eval_synthetic_size = 2
+  c.batch_size = 4
+  c.eval_batch_size = 2
+  c.steps_per_epoch = 4
+  c.num_epochs = 2
+  c.log_every_steps = 2
+  c.progress_bar = False
+  for k, v in overrides.items():
+    c[k] = v
+  return c
+
+
+def _batches(n, hw=(32, 64), bs=4):
+  it = data.make_iterator({"dataset": "synthetic", "split": "train", "crop": "random", "crop_height": hw[0],
+                           "crop_width": hw[1], "batch_size": bs, "seed": 3, "num_epochs": None})
+  return [next(it) for _ in range(n)]
+
+
+def test_two_device_step_equals_one_device_step():
+  """Sharded over 2 devices, the step computes what it computes on one device.
+
+  Gradients, loss and BatchNorm statistics of one step agree to float32 reduction-order noise. Parameters after
+  3 Adam steps agree to 1e-5 except where a gradient component is at the noise level: Adam's g/sqrt(v) turns
+  that noise into steps of up to lr (REFERENCE.md, train-step section 6); those elements are bounded by 2 lr per
+  step and must be few. A per-device loss or per-device BatchNorm statistics would change every gradient.
+  """
+  assert jax.device_count() == 2, "conftest forces 2 host devices"
+  cfg = tiny_config()
+  batches = _batches(3)
+  results = {}
+  for n in (1, 2):
+    mesh = train.make_mesh(jax.devices()[:n])
+    state = train.replicate(train.init_state(cfg, (32, 64), 4), mesh)
+    rep, shd = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    grads_fn = jax.jit(lambda st, b: ts.loss_and_grads(st, st.params, b, "masked_l1"),
+                       in_shardings=(rep, shd), out_shardings=rep)
+    sharded = train.shard_batch(batches[0], mesh)
+    if n == 2:  # the batch really is split and the state replicated
+      assert len(sharded["sparse"].addressable_shards) == 2
+      assert sharded["sparse"].addressable_shards[0].data.shape[0] == 2
+      assert state.params["nconv"]["nconv1"]["bias"].sharding.is_fully_replicated
+    (loss, (_, stats)), grads = jax.device_get(grads_fn(state, sharded))
+    step = train.make_train_step("masked_l1", mesh)
+    assert train.make_train_step("masked_l1", train.make_mesh(jax.devices()[:n])) is step  # cached
+    p0 = jax.device_get(state.params)
+    losses, params1, compiled = [], None, None
+    for i, b in enumerate(batches):
+      state, m = step(state, train.shard_batch(b, mesh))
+      losses.append(float(m["loss"]))
+      if i == 0:
+        params1, compiled = jax.device_get(state.params), step._cache_size()  # pylint: disable=protected-access
+    assert step._cache_size() == compiled  # no recompilation after the first step  pylint: disable=protected-access
+    results[n] = dict(loss=loss, stats=stats, grads=grads, losses=losses, p0=p0, p1=params1)
+  r1, r2 = results[1], results[2]
+  np.testing.assert_allclose(r2["loss"], r1["loss"], rtol=1e-6)
+  np.testing.assert_allclose(r2["losses"], r1["losses"], rtol=5e-4)  # after Adam steps: see above
+  for a, b in zip(jax.tree.leaves(r1["stats"]), jax.tree.leaves(r2["stats"])):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  lr = cfg.learning_rate
+  leaves = zip(jax.tree_util.tree_flatten_with_path(r1["grads"])[0], jax.tree.leaves(r2["grads"]),
+               jax.tree.leaves(r1["p0"]), jax.tree.leaves(r1["p1"]), jax.tree.leaves(r2["p1"]))
+  for (path, g1), g2, p0, a, b in leaves:
+    name = jax.tree_util.keystr(path)
+    tol = 1e-3 * np.max(np.abs(g1)) + 1e-7
+    np.testing.assert_allclose(g2, g1, rtol=0, atol=tol, err_msg=name)
+    # One Adam step (REFERENCE.md train-step recipe): |p1 - p0| <= lr everywhere; equal where |g| is not noise.
+    assert np.max(np.abs(b - p0)) <= lr + 2e-6 * max(1.0, float(np.max(np.abs(p0)))), name
+    strong = np.abs(g1) > 2 * tol
+    np.testing.assert_allclose(b[strong], a[strong], rtol=0, atol=1e-5 * max(1.0, float(np.max(np.abs(p0)))),
+                               err_msg=name)
+
+
+def test_batch_not_divisible_by_devices_is_a_clear_error(tmp_path):
+  with pytest.raises(ValueError, match=r"batch_size=3 is not divisible by the number of devices \(2\)"):
+    train.train_and_evaluate(tiny_config(batch_size=3), tmp_path)
+
+
+def _params(workdir, step="latest"):
+  tree, meta = checkpointing.Checkpointer(workdir, async_save=False).restore(step)
+  return tree, meta
+
+
+def test_kill_and_resume_gives_the_uninterrupted_parameters(tmp_path):
+  cfg = tiny_config(steps_per_epoch=2, log_every_steps=1)  # 4 steps; validation + checkpoint at 2 and 4
+  full = train.train_and_evaluate(cfg, tmp_path / "full")
+  # "Killed" after 3 steps: the last checkpoint is step 2 (step 3 is lost), as after a SIGKILL.
+  train.train_and_evaluate(cfg, tmp_path / "resumed", stop_after_steps=3)
+  ck = checkpointing.Checkpointer(tmp_path / "resumed", async_save=False)
+  assert ck.latest_step() == 2
+  ck.close()
+  resumed = train.train_and_evaluate(cfg, tmp_path / "resumed")  # the same command again
+  a, meta_a = _params(tmp_path / "full")
+  b, meta_b = _params(tmp_path / "resumed")
+  assert int(a["step"]) == int(b["step"]) == 4
+  assert meta_a["data_iterator"] == meta_b["data_iterator"] == {"next_index": 4}
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  assert full["val"]["rmse"] == resumed["val"]["rmse"]
+  rows = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+  val_steps = [r["step"] for r in rows if r["split"] == "val"]
+  assert val_steps == [2, 4]  # once per epoch
+  train_rows = [r for r in rows if r["split"] == "train"]
+  assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
+  for r in train_rows:
+    assert {"loss", "lr", "grad_norm", "param_norm", "steps_per_sec"} <= set(r)
+  # StepLR: lr_decay_epochs=3 > 2 epochs, so the lr is the base lr throughout.
+  assert all(r["lr"] == pytest.approx(0.01) for r in train_rows)
+  resumed_rows = [json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in resumed_rows if r["split"] == "train"] == [1, 2, 3, 3, 4]  # step 3 ran twice
+  assert json.loads((tmp_path / "full" / "config.json").read_text())["variant"] == "ncnn_conf_l1"
+  best = checkpointing.Checkpointer(tmp_path / "full", async_save=False)
+  vals = {r["step"]: r["rmse"] for r in rows if r["split"] == "val"}
+  assert best.best_step() == min(vals, key=vals.get)
+  best.close()
+
+
+def test_lr_schedule_follows_the_step():
+  cfg = tiny_config(lr_decay_epochs=1)
+  state = train.init_state(cfg, (32, 64), 4)
+  sched = ts.step_lr_schedule(0.01, 4, 1, 0.1)
+  np.testing.assert_allclose([float(sched(s)) for s in (0, 3, 4, 7, 8)], [0.01, 0.01, 1e-3, 1e-3, 1e-4], rtol=1e-6)
+  assert int(state.step) == 0 and state.step.dtype == jnp.int32
+
+
+def test_non_finite_loss_stops_with_last_good_checkpoint(tmp_path, monkeypatch):
+  real = data.make_iterator
+
+  class Poisoned:
+    """The training stream with an infinite ground-truth depth from the 4th batch on."""
+
+    def __init__(self, it):
+      self.it, self.n = it, 0
+
+    def __next__(self):
+      b = dict(next(self.it))
+      self.n += 1
+      if self.n >= 4:
+        b["target"] = np.array(b["target"])
+        b["target"][0, 0, 0, 0] = np.inf
+      return b
+
+    def get_state(self):
+      return self.it.get_state()
+
+    def set_state(self, s):
+      self.it.set_state(s)
+
+  def fake(cfg):
+    it = real(cfg)
+    return Poisoned(it) if cfg["split"] == "train" else it
+
+  monkeypatch.setattr(train.data, "make_iterator", fake)
+  cfg = tiny_config(checkpoint_every_steps=2, eval_every_steps=-1, steps_per_epoch=8, num_epochs=1)
+  with pytest.raises(FloatingPointError, match=r"non-finite loss or gradient at step 4 .*last good checkpoint is "
+                                               r"step 2"):
+    train.train_and_evaluate(cfg, tmp_path)
+  tree, meta = _params(tmp_path)
+  assert int(tree["step"]) == 2
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(tree))

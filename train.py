@@ -1,0 +1,40 @@
+r"""Trains a pNCNN-family model: `python train.py --config configs/kitti.py:pncnn --workdir DIR`.
+
+Rerunning the same command resumes from the latest checkpoint in DIR. Config fields can be overridden on the
+command line (`--config.batch_size=8`); a misspelled field is an error (the config is locked). Multi-host: set
+`--multihost` on every host (it calls `jax.distributed.initialize()` before anything else touches jax).
+"""
+
+import sys
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "run directory (checkpoints, metrics.jsonl, config.json)")
+_MULTIHOST = flags.DEFINE_bool("multihost", False, "call jax.distributed.initialize() (multi-host runs)")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every file it writes at INFO
+  import jax  # pylint: disable=g-import-not-at-top
+  if _MULTIHOST.value:
+    jax.distributed.initialize()
+  from pncnn_jax import train  # pylint: disable=g-import-not-at-top
+  absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
+  try:
+    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (ValueError, FileNotFoundError, FloatingPointError) as e:  # bad input or a diverged run: no traceback
+    sys.exit(f"error: {e}")
+  if summary and jax.process_index() == 0:
+    val = summary["val"]
+    print(f"final validation (step {summary['step']}): " + ", ".join(
+        f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn", "auce") if isinstance(val.get(k), float)))
+
+
+if __name__ == "__main__":
+  app.run(main)
