@@ -32,8 +32,9 @@ LARGE = {
     "kitti_pncnn_rand0": "kitti_frame0",
     "nyu_ncnn_conf_l1": "nyu_480x640",
 }
-CASES = [(m, c) for m in MODELS for c in SMALL] + [
-    pytest.param(m, c, marks=pytest.mark.slow) for m, c in LARGE.items()]
+# A model's cases share its cached variables and compiled forward: keep them on one xdist worker.
+CASES = [pytest.param(m, c, marks=pytest.mark.xdist_group(m)) for m in MODELS for c in SMALL] + [
+    pytest.param(m, c, marks=[pytest.mark.slow, pytest.mark.xdist_group(m)]) for m, c in LARGE.items()]
 
 
 @functools.cache
@@ -97,7 +98,8 @@ def test_outputs_match_official(shared_dir, model_name, case):
     _assert_conf(f"{model_name}/{case} nconv_confidence", out.nconv_confidence, nchw_to_nhwc(golden["nconvunet_cout"]))
 
 
-@pytest.mark.parametrize("model_name,case", [(m, c) for m in MODELS for c in SMALL])
+@pytest.mark.parametrize("model_name,case", [pytest.param(m, c, marks=pytest.mark.xdist_group(m))
+                                             for m in MODELS for c in SMALL])
 def test_intermediates_match_official(shared_dir, model_name, case):
   """Each NConv call's inputs/outputs and each UNet block, so a parity failure says which layer."""
   golden = load_npz(GOLDEN / model_name / f"{case}.npz")
@@ -159,10 +161,11 @@ def test_real_kitti_frames(shared_dir, model_name, image):
 
 
 def test_jit_and_eager_agree(shared_dir):
+  """NCNN (the NConvUNet on a binary confidence; eager pNCNN compiles ~250 ops one by one) on the odd size."""
   golden = load_npz(GOLDEN / "kitti_pncnn_rand0" / "odd_75x125.npz")
   x = jnp.asarray(nchw_to_nhwc(golden["input"]))
-  variables = _variables("kitti_pncnn_rand0")
-  model = models.build_model("pncnn")
+  variables = {"params": {"nconv": _variables("kitti_pncnn_rand0")["params"]["nconv"]}}
+  model = models.build_model("ncnn")
   eager = model.apply(variables, x, train=False)
   jitted = jax.jit(functools.partial(model.apply, train=False))(variables, x)
   for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):

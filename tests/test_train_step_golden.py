@@ -20,6 +20,10 @@ CASES = {
 }
 
 
+# Each case's tests share one cached run: keep them on one xdist worker (the Makefile uses --dist loadgroup).
+CASE_PARAMS = [pytest.param(c, marks=pytest.mark.xdist_group(c)) for c in CASES]
+
+
 def _is_pre_bn_bias(name: str) -> bool:
   return (name.startswith(("conf_estimator.", "var_estimator.")) and ".outc." not in name
           and name.endswith(("conv.0.bias", "conv.3.bias")))
@@ -41,11 +45,15 @@ def _run(case: str):
   state = train_step.create_train_state(model, variables, train_step.make_optimizer(LR))
   batch = {"sparse": jnp.asarray(nchw_to_nhwc(golden["input"])), "target": jnp.asarray(nchw_to_nhwc(golden["target"]))}
   loss_name = models.VARIANTS[variant].loss
-  (_, (out_train, stats)), grads = jax.jit(train_step.loss_and_grads, static_argnums=3)(
-      state, state.params, batch, loss_name)
-  new_state, metrics = jax.jit(functools.partial(train_step.train_step, loss_name=loss_name))(state, batch)
-  out_eval = jax.jit(train_step.eval_step)(state, batch)
-  return golden, variables, out_eval, out_train, stats, grads, new_state, metrics
+
+  def everything(state, batch):
+    # One program (one compile, ~20 s on CPU): the train step itself, plus the gradients and train-mode outputs
+    # it computes internally (XLA shares the duplicated forward/backward), plus the eval-mode forward before.
+    (_, (out_train, stats)), grads = train_step.loss_and_grads(state, state.params, batch, loss_name)
+    new_state, metrics = train_step.train_step(state, batch, loss_name=loss_name)
+    return train_step.eval_step(state, batch), out_train, stats, grads, new_state, metrics
+
+  return (golden, variables, *jax.jit(everything)(state, batch))
 
 
 def _check_outputs(golden_key, golden, out, pred_atol):
@@ -56,7 +64,7 @@ def _check_outputs(golden_key, golden, out, pred_atol):
   assert excess.max() <= 0, f"{golden_key}: confidence off by {excess.max() + 1e-6:.3g}"
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_outputs_and_loss(shared_dir, case):
   golden, _, out_eval, out_train, _, _, _, metrics = _run(case)
   _check_outputs("out_eval_before", golden, out_eval, 5e-3)
@@ -64,7 +72,7 @@ def test_outputs_and_loss(shared_dir, case):
   np.testing.assert_allclose(float(metrics["loss"]), float(golden["loss"]), rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_gradients(shared_dir, case):
   golden, variables, _, _, _, grads, _, _ = _run(case)
   got = _torch_names(grads, variables["batch_stats"])
@@ -80,7 +88,7 @@ def test_gradients(shared_dir, case):
     assert np.abs(g - g_ref).max() <= tol, f"{name}: grad off by {np.abs(g - g_ref).max():.3g} (tol {tol:.3g})"
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_batch_norm_statistics(shared_dir, case):
   golden, variables, _, _, stats, _, _, _ = _run(case)
   ref = {k[len("bn_after_forward/"):]: v for k, v in golden.items() if k.startswith("bn_after_forward/")}
@@ -91,7 +99,7 @@ def test_batch_norm_statistics(shared_dir, case):
     assert np.abs(got[name] - r).max() <= 1e-5 * np.abs(r).max(), name
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_parameters_after_one_adam_step(shared_dir, case):
   golden, variables, _, _, _, _, new_state, _ = _run(case)
   p0 = _torch_names(variables["params"], variables["batch_stats"])
@@ -107,7 +115,7 @@ def test_parameters_after_one_adam_step(shared_dir, case):
     assert err.size == 0 or err.max() <= 1e-5 * scale[strong].max(), f"{name}: {err.max():.3g}"
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_adam_in_isolation(shared_dir, case):
   """Our optimizer fed the reference's p0 and gradients reproduces its step to 2e-6 (tight)."""
   weights, _ = CASES[case]
