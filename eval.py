@@ -32,6 +32,14 @@ def main(argv):
   from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
   if not _WORKDIR.value and not _OUTPUT.value:
     raise app.UsageError("give --workdir or --output (where the reports go)")
+  if "ensemble" in _CONFIG.value:  # members and fusion rules side by side (paper Table 3)
+    from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
+    try:
+      rows = ensemble.evaluate_ensemble_config(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value)
+    except (ValueError, FileNotFoundError) as e:
+      sys.exit(f"error: {e}")
+    print(ensemble.format_table(rows, _CONFIG.value.metrics))
+    return
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
                                  output_dir=_OUTPUT.value)

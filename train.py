@@ -26,6 +26,15 @@ def main(argv):
     jax.distributed.initialize()
   from pncnn_jax import train  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
+  if "ensemble" in _CONFIG.value:  # K members in one vmapped step (configs/ensemble_synthetic.py)
+    from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
+    try:
+      rows = ensemble.train_ensemble(_CONFIG.value, _WORKDIR.value)
+    except (ValueError, FileNotFoundError, FloatingPointError) as e:
+      sys.exit(f"error: {e}")
+    if rows and jax.process_index() == 0:
+      print(ensemble.format_table(rows, _CONFIG.value.metrics))
+    return
   try:
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:  # bad input or a diverged run: no traceback
