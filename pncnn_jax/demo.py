@@ -1,6 +1,6 @@
-r"""The demo behind `make demo`: train pNCNN and the NCNN-Conf-L1 baseline on synthetic scenes, evaluate both.
+r"""The demo behind `make demo`: train pNCNN and the NCNN baseline on synthetic scenes, evaluate both.
 
-  python -m pncnn_jax.demo --workdir demo_out [--variants pncnn,ncnn_conf_l1] [--quick]
+  python -m pncnn_jax.demo --workdir demo_out [--variants pncnn,ncnn] [--quick]
 
 Uses configs/synthetic.py (about 10 minutes in total on 2 CPU cores). Writes, under the workdir:
   <variant>/                   each training run (checkpoints, metrics.jsonl, config.json) and its evaluation
@@ -26,7 +26,7 @@ CONFIG_FILE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "synthet
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m pncnn_jax.demo", description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", default="demo_out", help="output directory")
-  parser.add_argument("--variants", default="pncnn,ncnn_conf_l1", help="comma-separated model variants")
+  parser.add_argument("--variants", default="pncnn,ncnn", help="comma-separated model variants")
   parser.add_argument("--quick", action="store_true", help="a few steps only (smoke test)")
   args = parser.parse_args(argv)
 
