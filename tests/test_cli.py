@@ -94,3 +94,18 @@ def test_bad_inputs_are_clear_errors(tmp_path):
   r = run(["eval.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--output={tmp_path / 'o'}",
            f"--checkpoint={bad}"])
   assert r.returncode == 1 and "bad.pth.tar" in r.stderr
+
+
+def test_ensemble_train_and_eval_cli(tmp_path):
+  """train.py / eval.py dispatch on an `ensemble` config: K members trained in one step, then every member and
+  every fusion rule reported side by side."""
+  wd = tmp_path / "ens"
+  ens = ["--config.ensemble.num_members=2", "--config.ensemble.mle_steps=5", *TINY]
+  r = run(["train.py", "--config=configs/ensemble_synthetic.py:ncnn", f"--workdir={wd}", *ens])
+  assert r.returncode == 0, r.stderr[-3000:]
+  r = run(["eval.py", "--config=configs/ensemble_synthetic.py:ncnn", f"--workdir={wd}", "--checkpoint=latest", *ens])
+  assert r.returncode == 0, r.stderr[-3000:]
+  table = [line for line in r.stdout.splitlines() if line.startswith("| ")]
+  names = [line.split("|")[1].strip() for line in table[1:]]
+  assert names == ["member 0", "member 1", "mean", "weighted_mean", "max_confidence", "mle"], r.stdout
+  assert all(np.isfinite(float(line.split("|")[3])) for line in table[1:])  # rmse column
