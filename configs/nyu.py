@@ -16,15 +16,13 @@ val images. What it should reach (REFERENCE.md 10.3, official logs, metres): ncn
 
 import ml_collections
 
-VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est",
-            "depth_pred", "laplace")
-
 
 def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   """The NYU config of one variant (`configs/nyu.py:<variant>`)."""
   variant = variant or "pncnn"
-  if variant not in VARIANTS:
-    raise ValueError(f"configs/nyu.py: unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+  from pncnn_jax import models  # pylint: disable=g-import-not-at-top
+  if variant not in models.VARIANTS:  # the one list of variants (a copy here would miss new ones)
+    raise ValueError(f"configs/nyu.py: unknown variant {variant!r}; choose one of {', '.join(models.VARIANTS)}")
   c = ml_collections.ConfigDict()
   c.variant = variant  # model preset, a key of pncnn_jax.models.VARIANTS
   c.loss = ""  # '' = the variant's published loss; else a key of pncnn_jax.losses.LOSSES
