@@ -169,4 +169,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
+  from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
+  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
   sys.exit(main())

@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import json
 import os
 import pathlib
 import platform
 import re
+import subprocess
 import sys
 import time
 
@@ -25,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import models, train_step
+from pncnn_jax import hostmem, models, train_step
 
 H, W = 352, 1216
 
@@ -79,6 +81,22 @@ def peak_rss_gb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
+def hugepages_on() -> bool:
+  return hostmem.TUNABLE + "=1" in os.environ.get("GLIBC_TUNABLES", "")
+
+
+def time_train_step(rng: np.random.Generator, repeats: int) -> float:
+  """Median time of one pNCNN training step (Gaussian NLL, Adam) at batch 4, 352x1216."""
+  model = models.build_model("pncnn")
+  variables = models.init_variables(model, jax.random.key(0))
+  state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
+  sparse4 = np.where(rng.random((4, H, W, 1)) < 0.05, rng.uniform(2, 80, (4, H, W, 1)), 0).astype(np.float32)
+  target4 = np.where(rng.random((4, H, W, 1)) < 0.2, rng.uniform(2, 80, (4, H, W, 1)), 0).astype(np.float32)
+  batch = {"sparse": jnp.asarray(sparse4), "target": jnp.asarray(target4)}
+  step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"))
+  return timeit(lambda s, b: step(s, b)[1]["loss"], state, batch, repeats=repeats)
+
+
 def run(repeats: int) -> dict:
   results = {}
   a = jax.random.normal(jax.random.key(0), (4096, 4096), jnp.float32)
@@ -96,17 +114,18 @@ def run(repeats: int) -> dict:
     gflop = model_flops(variant) / 1e9
     results[f"{variant}_forward_b1"] = {"seconds": t, "gflop": gflop, "gflops": gflop / t,
                                         "fraction_of_matmul": gflop / t / rate}
-  model = models.build_model("pncnn")
-  variables = models.init_variables(model, jax.random.key(0))
-  state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
-  sparse4 = np.where(rng.random((4, H, W, 1)) < 0.05, rng.uniform(2, 80, (4, H, W, 1)), 0).astype(np.float32)
-  target4 = np.where(rng.random((4, H, W, 1)) < 0.2, rng.uniform(2, 80, (4, H, W, 1)), 0).astype(np.float32)
-  batch = {"sparse": jnp.asarray(sparse4), "target": jnp.asarray(target4)}
-  step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"))
-  t = timeit(lambda s, b: step(s, b)[1]["loss"], state, batch, repeats=max(2, repeats // 2))
+  t = time_train_step(rng, repeats=max(2, repeats // 2))
   gflop = 3 * 4 * model_flops("pncnn") / 1e9  # backward ~ 2x forward
   results["pncnn_train_step_b4"] = {"seconds": t, "gflop": gflop, "gflops": gflop / t,
                                     "fraction_of_matmul": gflop / t / rate}
+  if hugepages_on():  # the same step in a process without huge pages, for the ratio (see pncnn_jax/hostmem.py)
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env[hostmem.OPT_OUT] = "1"
+    out = subprocess.run([sys.executable, __file__, "--train_step_only", f"--repeats={repeats}"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    t4k = json.loads(out.strip().splitlines()[-1])["seconds"]
+    results["pncnn_train_step_b4_4k_pages"] = {"seconds": t4k, "gflop": gflop, "gflops": gflop / t4k,
+                                               "fraction_of_matmul": gflop / t4k / rate}
   results["peak_rss_gb"] = peak_rss_gb()
   return results
 
@@ -126,15 +145,20 @@ def render(results: dict) -> str:
       f"Python {platform.python_version()}, jax {jax.__version__}, flax {flax.__version__}. "
       f"Date: {datetime.date.today().isoformat()}. Command: `python bench/bench_forward.py --output docs/BENCHMARKS.md`.",
       "",
-      "FLOPs counted from the layer shapes (convolutions only; NConv = two convolutions; training step = 3x forward).",
+      "FLOPs counted from the layer shapes (convolutions only; NConv = two convolutions; training step = 3x forward). "
+      f"Host memory: GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '(unset)')} "
+      "(the entry points turn on 2 MiB pages for XLA's per-call buffers, pncnn_jax/hostmem.py).",
       "",
       "| what | time (s) | GFLOP | GFLOP/s | fraction of matmul rate |",
       "|---|---|---|---|---|",
   ]
   names = {"matmul": "4096x4096 float32 matmul", "pncnn_forward_b1": "pNCNN forward, 352x1216, batch 1",
            "ncnn_conf_l1_forward_b1": "NCNN-Conf forward, 352x1216, batch 1",
-           "pncnn_train_step_b4": "pNCNN training step, 352x1216, batch 4 (fwd+bwd+Adam)"}
+           "pncnn_train_step_b4": "pNCNN training step, 352x1216, batch 4 (fwd+bwd+Adam)",
+           "pncnn_train_step_b4_4k_pages": "the same training step without huge pages (4 KiB pages)"}
   for key, label in names.items():
+    if key not in results:
+      continue
     r = results[key]
     frac = f"{r['fraction_of_matmul']:.2f}" if "fraction_of_matmul" in r else "1 (reference)"
     lines.append(f"| {label} | {r['seconds']:.3f} | {r['gflop']:.1f} | {r['gflops']:.1f} | {frac} |")
@@ -168,7 +192,13 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--output", type=pathlib.Path, default=None, help="markdown file to write the section into")
   parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--train_step_only", action="store_true", help="print the training-step time as JSON")
   args = parser.parse_args(argv)
+  if args.train_step_only:
+    rng = np.random.default_rng(0)
+    rng.random((1, H, W, 1)), rng.uniform(2, 80, (1, H, W, 1))  # same batch as in run()
+    print(json.dumps({"seconds": time_train_step(rng, max(2, args.repeats // 2))}))
+    return 0
   body = render(run(args.repeats))
   print(body)
   if args.output:
@@ -177,4 +207,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+  from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
+  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
   sys.exit(main())

@@ -9,6 +9,7 @@ and unitless. Section numbers refer to ../shared/REFERENCE.md (the spec of the o
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -161,12 +162,22 @@ def nconv(
   return x_out, c_out
 
 
-def _windows_2x2(a: Array) -> Array:
-  """(B, H, W, C) -> (B, H//2, W//2, C, 4), window order row-major (dy major, dx minor); odd tails dropped."""
-  bsz, h, w, ch = a.shape
-  h2, w2 = h // 2, w // 2
-  a = a[:, : 2 * h2, : 2 * w2, :].reshape(bsz, h2, 2, w2, 2, ch)
-  return a.transpose(0, 1, 3, 5, 2, 4).reshape(bsz, h2, w2, ch, 4)
+def _quadrants_2x2(a: Array) -> list[Array]:
+  """The four stride-2 phases of (B, H, W, C) in window order (0,0), (0,1), (1,0), (1,1); odd tails dropped."""
+  h2, w2 = a.shape[1] // 2, a.shape[2] // 2
+  return [a[:, i:2 * h2:2, j:2 * w2:2, :] for i in (0, 1) for j in (0, 1)]
+
+
+def _first_max_select(keys: list[Array], *values: list[Array]) -> list[Array]:
+  """Per 2x2 window, each of `values` at the position of the first maximum of `keys` (row-major, as PyTorch's
+  max-pool; a NaN counts as the maximum). The choice is made on stop_gradient(keys), so gradients reach only
+  the selected element. Everything is elementwise on the four phases: XLA fuses it into one loop forward and
+  one backward (a reduce-window/argmax formulation costs an index scatter in the backward).
+  """
+  keys = [lax.stop_gradient(k) for k in keys]
+  top = functools.reduce(jnp.maximum, keys)
+  hit = [(k == top) | jnp.isnan(k) for k in keys[:3]]
+  return [jnp.where(hit[0], v[0], jnp.where(hit[1], v[1], jnp.where(hit[2], v[2], v[3]))) for v in values]
 
 
 def confidence_downsample(x: Array, c: Array) -> tuple[Array, Array]:
@@ -174,7 +185,7 @@ def confidence_downsample(x: Array, c: Array) -> tuple[Array, Array]:
 
   In each 2x2 window (stride 2, floor: an odd last row/column is dropped) take the element of maximum
   confidence (first maximum in row-major order wins, as PyTorch's max-pool), return the data there and the
-  confidence there divided by 4. Both are gathered at the same index, so gradients flow only to the
+  confidence there divided by 4. Both are taken at the same position, so gradients flow only to the
   selected element, for c as for x.
 
   Args:
@@ -185,11 +196,11 @@ def confidence_downsample(x: Array, c: Array) -> tuple[Array, Array]:
     (x_ds, c_ds), each (B, H//2, W//2, C).
   """
   _check_rank4("confidence_downsample", x, c)
-  cw = _windows_2x2(c)
-  idx = jnp.argmax(cw, axis=-1)[..., None]  # jnp.argmax returns the first maximum
-  c_ds = jnp.take_along_axis(cw, idx, axis=-1)[..., 0] / 4
-  x_ds = jnp.take_along_axis(_windows_2x2(x), idx, axis=-1)[..., 0]
-  return x_ds, c_ds
+  if x.shape != c.shape:
+    raise ValueError(f"confidence_downsample: x {tuple(x.shape)} and c {tuple(c.shape)} differ in shape")
+  qc = _quadrants_2x2(c)
+  x_ds, c_ds = _first_max_select(qc, _quadrants_2x2(x), qc)
+  return x_ds, c_ds / 4
 
 
 def _nearest_index(n_in: int, n_out: int) -> np.ndarray:
@@ -256,9 +267,13 @@ def bilinear_upsample_x2(x: Array) -> Array:
 
 
 def max_pool_2x2(x: Array) -> Array:
-  """2x2 max-pool, stride 2, floor mode (odd tails dropped): (B, H, W, C) -> (B, H//2, W//2, C)."""
+  """2x2 max-pool, stride 2, floor mode (odd tails dropped): (B, H, W, C) -> (B, H//2, W//2, C).
+
+  The gradient goes to the first maximum of each window (row-major), as PyTorch's max_pool2d.
+  """
   _check_rank4("max_pool_2x2", x)
-  return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+  q = _quadrants_2x2(x)
+  return _first_max_select(q, q)[0]
 
 
 def pad_to(x: Array, size: Sequence[int]) -> Array:

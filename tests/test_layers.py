@@ -118,6 +118,55 @@ def test_confidence_downsample_gradient_goes_to_the_selected_element_only():
   np.testing.assert_array_equal(gc[0, :, :, 0], [[0.25, 0], [0, 0]])
 
 
+def _first_max_scatter_reference(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+  """PyTorch max_pool2d(2, 2) backward: each window's gradient goes to its first maximum (row-major)."""
+  out = np.zeros_like(x)
+  bsz, h2, w2, ch = g.shape
+  for b, i, j, k in np.ndindex(bsz, h2, w2, ch):
+    win = x[b, 2 * i:2 * i + 2, 2 * j:2 * j + 2, k].reshape(-1)
+    a = int(np.argmax(win))  # numpy's argmax returns the first maximum
+    out[b, 2 * i + a // 2, 2 * j + a % 2, k] += g[b, i, j, k]
+  return out
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 9, 3), (1, 8, 6, 2)])
+def test_max_pool_values_and_first_max_gradient(shape):
+  """Forward = window max (odd tails dropped); gradient = PyTorch's (first maximum only), with many ties."""
+  x = np.round(np.asarray(_rand(0, shape, -2, 2))).astype(np.float32)  # integers in [-2, 2]: frequent ties
+  x[0, :2, :2, 0] = 0.0  # an all-tied window, as after a ReLU
+  h2, w2 = shape[1] // 2, shape[2] // 2
+  want = x[:, :2 * h2, :2 * w2].reshape(shape[0], h2, 2, w2, 2, shape[3]).max(axis=(2, 4))
+  y, vjp = jax.vjp(layers.max_pool_2x2, jnp.asarray(x))
+  np.testing.assert_array_equal(np.asarray(y), want)
+  g = np.asarray(_rand(1, want.shape, -1, 1))
+  np.testing.assert_array_equal(np.asarray(vjp(jnp.asarray(g))[0]), _first_max_scatter_reference(x, g))
+
+
+def test_max_pool_propagates_nan():
+  x = jnp.array([[1.0, jnp.nan], [3.0, 2.0]])[None, :, :, None]
+  y, vjp = jax.vjp(layers.max_pool_2x2, x)
+  assert np.isnan(np.asarray(y)).all()
+  np.testing.assert_array_equal(np.asarray(vjp(jnp.ones_like(y))[0])[0, :, :, 0], [[0, 1], [0, 0]])
+
+
+def test_confidence_downsample_matches_the_window_rule_on_random_ties():
+  """x and c taken at the first maximum of c in every window; gradients only there (REFERENCE 2.3)."""
+  c = np.round(np.asarray(_rand(2, (2, 9, 7, 2), 0, 3))).astype(np.float32)
+  x = np.asarray(_rand(3, c.shape, -5, 5))
+  (x_ds, c_ds), vjp = jax.vjp(layers.confidence_downsample, jnp.asarray(x), jnp.asarray(c))
+  g = np.asarray(_rand(4, x_ds.shape, -1, 1))
+  sel = _first_max_scatter_reference(c, np.ones_like(g))  # 1 at each window's selected element
+
+  def window_sum(a):
+    return a[:, :8, :6].reshape(2, 4, 2, 3, 2, 2).sum(axis=(2, 4))
+
+  np.testing.assert_array_equal(np.asarray(c_ds) * 4, window_sum(c * sel))
+  np.testing.assert_array_equal(np.asarray(x_ds), window_sum(x * sel))
+  gx, gc = vjp((jnp.asarray(g), jnp.asarray(g)))
+  np.testing.assert_array_equal(np.asarray(gx), _first_max_scatter_reference(c, g))
+  np.testing.assert_array_equal(np.asarray(gc), _first_max_scatter_reference(c, g) / 4)
+
+
 @pytest.mark.parametrize("n_in,n_out", [(9, 18), (9, 19), (10, 25), (7, 12), (4, 37)])
 def test_nearest_index_rule(n_in, n_out):
   x = jnp.arange(n_in, dtype=jnp.float32).reshape(1, n_in, 1, 1)
