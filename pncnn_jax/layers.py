@@ -99,6 +99,67 @@ def _same_conv(a: Array, w: Array, precision) -> Array:
   return _lax_same_conv(a, w, precision)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Wide 'same' convolutions (the UNets) with a faster weight gradient on CPU.
+
+# The tap-wise weight gradient is used on CPU for layers with at least this many input channels and pixels.
+TAPS_WGRAD_MIN_CHANNELS = 16
+TAPS_WGRAD_MIN_PIXELS = 65536
+
+
+def _taps_weight_grad(x: Array, g: Array, kernel_size: tuple[int, int], precision) -> Array:
+  """dL/dW of a stride-1 'same' cross-correlation as kh*kw batched matrix products (HWIO result).
+
+  dW[i, j] = sum_{b,h,w} x[b, h, w, :]^T g[b, h + p_h - i, w + p_w - j, :] (g zero-padded): one
+  (C_in x B*H*W) @ (B*H*W x C_out) product per tap, batched over the images and summed. XLA:CPU's own
+  weight-gradient convolution transposes both operands to channel-major layouts and then runs a convolution
+  with a B-wide contraction, 1.3-1.8x slower than this at the UNets' sizes (docs/BENCHMARKS.md).
+  """
+  kh, kw = kernel_size
+  ph, pw = kh // 2, kw // 2
+  _, h, w, _ = x.shape
+  gp = jnp.pad(g, ((0, 0), (ph, ph), (pw, pw), (0, 0)))
+  taps = [jnp.einsum("bhwi,bhwo->bio", x, gp[:, 2 * ph - i:2 * ph - i + h, 2 * pw - j:2 * pw - j + w, :],
+                     precision=precision).sum(axis=0)
+          for i in range(kh) for j in range(kw)]
+  return jnp.stack(taps).reshape(kh, kw, x.shape[-1], g.shape[-1])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _conv_taps_wgrad(x: Array, w: Array, precision) -> Array:
+  return _lax_same_conv(x, w, precision)
+
+
+def _conv_taps_wgrad_fwd(x, w, precision):
+  return _lax_same_conv(x, w, precision), (x, w)
+
+
+def _conv_taps_wgrad_bwd(precision, res, g):
+  x, w = res
+  dx = jax.vjp(lambda a: _lax_same_conv(a, w, precision), x)[1](g)[0]
+  library_dw = lambda x_, g_: jax.vjp(lambda k: _lax_same_conv(x_, k, precision), w)[1](g_)[0]  # noqa: E731
+  taps_dw = lambda x_, g_: _taps_weight_grad(x_, g_, w.shape[:2], precision)  # noqa: E731
+  return dx, lax.platform_dependent(x, g, cpu=taps_dw, default=library_dw)
+
+
+_conv_taps_wgrad.defvjp(_conv_taps_wgrad_fwd, _conv_taps_wgrad_bwd)
+
+
+def conv2d_same(x: Array, w: Array, precision=None) -> Array:
+  """Stride-1 cross-correlation with symmetric zero padding k//2 (odd kernels): NHWC x HWIO -> NHWC.
+
+  Same values and gradients as `lax.conv_general_dilated`; on CPU, wide layers (>= 16 input channels,
+  >= 65,536 output pixels) take their weight gradient from `_taps_weight_grad`.
+  """
+  _check_rank4("conv2d_same", x)
+  kh, kw, ci, _ = w.shape
+  if kh % 2 == 0 or kw % 2 == 0 or x.shape[-1] != ci:
+    raise ValueError(f"conv2d_same: kernel {tuple(w.shape)} (HWIO, odd sizes) does not fit input {tuple(x.shape)}")
+  if ci >= TAPS_WGRAD_MIN_CHANNELS and math.prod(x.shape[:3]) >= TAPS_WGRAD_MIN_PIXELS:
+    return _conv_taps_wgrad(x, w, precision)
+  return _lax_same_conv(x, w, precision)
+
+
 @jax.custom_jvp
 def _normalized_ratio(num: Array, den: Array, eps: float) -> Array:
   """num / (den + eps), with the derivative written as d num/(den+eps) - ratio * d den/(den+eps).
@@ -243,10 +304,47 @@ def _align_corners_weights(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
   return i0, i1, (np.float32(1) - lam), lam
 
 
+def _align_corners_x2_axis(x: Array, axis: int) -> Array:
+  """Linear x2 interpolation (align_corners=True) along `axis` without gathers.
+
+  Output 2m and 2m+1 only ever read inputs m-1, m, m+1, so each output parity is a fixed-coefficient sum of
+  three shifted copies; the coefficients come from `_align_corners_weights` (the reference's float32 indices
+  and weights), so the values equal the two-tap gather form exactly. Gradients are shifts too (no scatter).
+  """
+  n = x.shape[axis]
+  i0, i1, w0, w1 = _align_corners_weights(n)
+  m = np.arange(2 * n) // 2
+  coef = np.zeros((3, 2 * n), np.float32)  # rows: weight of input m-1, m, m+1 for output o (m = o // 2)
+  for idx, wt in ((i0, w0), (i1, w1)):
+    slot = idx - m + 1
+    if slot.min() < 0 or slot.max() > 2:
+      raise AssertionError(f"align_corners x2 reads outside m-1..m+1 for n={n}")
+    np.add.at(coef, (slot, np.arange(2 * n)), wt)
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (1, 1)
+  xp = jnp.pad(x, pad)
+  shifted = [lax.slice_in_dim(xp, k, k + n, axis=axis) for k in range(3)]  # x[m-1], x[m], x[m+1]
+  shape = [1] * x.ndim
+  shape[axis] = n
+  parities = []
+  for par in (0, 1):
+    acc = None
+    for k in range(3):
+      c = coef[k, par::2]
+      if not c.any():
+        continue
+      term = jnp.asarray(c.reshape(shape)) * shifted[k]
+      acc = term if acc is None else acc + term
+    parities.append(acc)
+  out = jnp.stack(parities, axis=axis + 1)  # (..., n, 2, ...): output 2m + parity
+  return out.reshape(x.shape[:axis] + (2 * n,) + x.shape[axis + 1:])
+
+
 def bilinear_upsample_x2(x: Array) -> Array:
   """Bilinear x2 upsampling with align_corners=True (REFERENCE 3.3); not `jax.image.resize` (half-pixel).
 
-  out = (1-lh) * [(1-lw) a + lw b] + lh * [(1-lw) c + lw d], with src = dst * (n-1)/(2n-1).
+  out = (1-lh) * [(1-lw) a + lw b] + lh * [(1-lw) c + lw d], with src = dst * (n-1)/(2n-1): interpolated
+  along the width first, then along the height, as the reference.
 
   Args:
     x: (B, H, W, C).
@@ -255,15 +353,7 @@ def bilinear_upsample_x2(x: Array) -> Array:
     (B, 2H, 2W, C).
   """
   _check_rank4("bilinear_upsample_x2", x)
-  _, h, w, _ = x.shape
-  h0, h1, wh0, wh1 = _align_corners_weights(h)
-  w0, w1, ww0, ww1 = _align_corners_weights(w)
-  ww0, ww1 = ww0.reshape(1, 1, -1, 1), ww1.reshape(1, 1, -1, 1)
-  top = jnp.take(x, h0, axis=1)
-  bot = jnp.take(x, h1, axis=1)
-  top = ww0 * jnp.take(top, w0, axis=2) + ww1 * jnp.take(top, w1, axis=2)
-  bot = ww0 * jnp.take(bot, w0, axis=2) + ww1 * jnp.take(bot, w1, axis=2)
-  return wh0.reshape(1, -1, 1, 1) * top + wh1.reshape(1, -1, 1, 1) * bot
+  return _align_corners_x2_axis(_align_corners_x2_axis(x, 2), 1)
 
 
 def max_pool_2x2(x: Array) -> Array:

@@ -135,13 +135,23 @@ def _torch_bias_init(fan_in: int):
   return init
 
 
-def conv(features: int, kernel_size: int, in_features: int, precision: Any = None, name: str | None = None):
-  """nn.Conv with 'same' zero padding and PyTorch's default init: W, b ~ U(+-1/sqrt(fan_in)) (REFERENCE 3.4)."""
-  k = kernel_size
-  return nn.Conv(
-      features, (k, k), padding=[(k // 2, k // 2)] * 2, precision=precision,
-      kernel_init=nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform"),
-      bias_init=_torch_bias_init(k * k * in_features), name=name)
+class Conv(nn.Module):
+  """'Same' 2D convolution with bias, PyTorch's default init: W, b ~ U(+-1/sqrt(fan_in)) (REFERENCE 3.4).
+
+  Parameters `kernel` (HWIO) and `bias` exactly as nn.Conv's; the numerics are `layers.conv2d_same`.
+  """
+
+  features: int
+  kernel_size: int
+  precision: Any = None
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    k, ci = self.kernel_size, x.shape[-1]
+    kernel = self.param("kernel", nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform"),
+                        (k, k, ci, self.features), jnp.float32)
+    bias = self.param("bias", _torch_bias_init(k * k * ci), (self.features,), jnp.float32)
+    return layers.conv2d_same(x, kernel, self.precision) + bias.reshape(1, 1, 1, -1)
 
 
 class DoubleConv(nn.Module):
@@ -152,9 +162,9 @@ class DoubleConv(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, train: bool) -> Array:
-    x = conv(self.features, 3, x.shape[-1], self.precision, name="conv0")(x)
+    x = Conv(self.features, 3, self.precision, name="conv0")(x)
     x = jax.nn.relu(layers.BatchNorm(name="bn0")(x, train))
-    x = conv(self.features, 3, self.features, self.precision, name="conv1")(x)
+    x = Conv(self.features, 3, self.precision, name="conv1")(x)
     return jax.nn.relu(layers.BatchNorm(name="bn1")(x, train))
 
 
@@ -208,7 +218,7 @@ class UNet(nn.Module):
     y = up("up2", f3, x4, x3)
     y = up("up3", f2, y, x2)
     y = up("up4", f1, y, x1)
-    y = conv(self.out_features, 1, y.shape[-1], p, name="outc")(y)
+    y = Conv(self.out_features, 1, p, name="outc")(y)
     self.sow("intermediates", "outc_out", y)
     return UNET_ACTIVATIONS[self.activation](y)
 
