@@ -168,12 +168,18 @@ def render(results: dict) -> str:
             f"forward {1.705 / results['pncnn_forward_b1']['seconds']:.2f}x, training step "
             f"{23.7 / results['pncnn_train_step_b4']['seconds']:.2f}x.",
             "",
-            "Targets (issue 2): forward >= 0.75 of the matmul rate, training step >= 0.50. Where the time goes in "
-            "the training step: on XLA:CPU the weight-gradient convolutions of the UNets take ~3.8x their forward "
-            "convolution (measured per layer at 176x608, batch 4: forward 0.126 s, input gradient 0.134 s, weight "
-            "gradient 0.474 s for 32->32 channels); im2col + matmul and per-tap matmul formulations were slower. "
-            "The narrow NConv layers run their forward as fused shifted multiply-adds (2-20x faster than the "
-            "library convolution on CPU) and their backward through the library convolution."]
+            "Targets (issue 2): forward >= 0.75 of the matmul rate, training step >= 0.50. What the training step "
+            "needed on XLA:CPU (it was 29.4 s = 0.30 before): (1) host memory: XLA allocates the step's 10.5 GB "
+            "working memory afresh on every call and glibc returns it to the kernel afterwards; with 4 KiB pages "
+            "that is ~3 million page faults (~15 s of system time) per step, so the entry points run with "
+            "glibc.malloc.hugetlb=1 (pncnn_jax/hostmem.py; the 'without huge pages' row is the same step in a "
+            "process without it); (2) UNet weight gradients: XLA's weight-gradient convolution transposes both "
+            "operands to channel-major layouts and contracts over the batch of 4 only (35-55 GFLOP/s); on CPU "
+            "they are per-tap matrix products over 2-row tiles (layers._taps_weight_grad: shifted copies stay "
+            "in cache, input channels in blocks of 32); (3) max-pool and confidence-downsampling backward without "
+            "reduce-window/scatter, bilinear upsampling without gather/scatter (fused elementwise). The narrow "
+            "NConv layers run their forward as fused shifted multiply-adds and their backward through the "
+            "library convolution."]
   return "\n".join(lines)
 
 

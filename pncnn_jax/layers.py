@@ -107,22 +107,44 @@ TAPS_WGRAD_MIN_CHANNELS = 16
 TAPS_WGRAD_MIN_PIXELS = 65536
 
 
-def _taps_weight_grad(x: Array, g: Array, kernel_size: tuple[int, int], precision) -> Array:
-  """dL/dW of a stride-1 'same' cross-correlation as kh*kw batched matrix products (HWIO result).
+def _taps_weight_grad(x: Array, g: Array, kernel_size: tuple[int, int], precision, rows: int = 2) -> Array:
+  """dL/dW of a stride-1 'same' cross-correlation as kh*kw matrix products per tile (HWIO result).
 
-  dW[i, j] = sum_{b,h,w} x[b, h, w, :]^T g[b, h + p_h - i, w + p_w - j, :] (g zero-padded): one
-  (C_in x B*H*W) @ (B*H*W x C_out) product per tap, batched over the images and summed. XLA:CPU's own
-  weight-gradient convolution transposes both operands to channel-major layouts and then runs a convolution
-  with a B-wide contraction, 1.3-1.8x slower than this at the UNets' sizes (docs/BENCHMARKS.md).
+  dW[i, j] = sum_{b,h,w} x[b, h, w, :]^T g[b, h + p_h - i, w + p_w - j, :] (g zero-padded). The sum runs
+  over tiles of `rows` image rows (all images; a `fori_loop`), each contributing one (C_in x B*rows*W) @
+  (B*rows*W x C_out) product per tap, so the kh*kw shifted copies of g are tile-sized and stay in cache, and
+  a batch sharded over devices stays a sharded contraction (partial sums + all-reduce). The direct forms are
+  slower on XLA:CPU: its weight-gradient convolution transposes both operands to channel-major layouts and
+  contracts over only B; whole-image shifted copies of g cost kh*kw full-size writes (docs/BENCHMARKS.md).
   """
   kh, kw = kernel_size
   ph, pw = kh // 2, kw // 2
-  _, h, w, _ = x.shape
-  gp = jnp.pad(g, ((0, 0), (ph, ph), (pw, pw), (0, 0)))
-  taps = [jnp.einsum("bhwi,bhwo->bio", x, gp[:, 2 * ph - i:2 * ph - i + h, 2 * pw - j:2 * pw - j + w, :],
-                     precision=precision).sum(axis=0)
-          for i in range(kh) for j in range(kw)]
-  return jnp.stack(taps).reshape(kh, kw, x.shape[-1], g.shape[-1])
+  _, h, w, ci = x.shape
+  co = g.shape[-1]
+  n_tiles = -(-h // rows)
+  extra = n_tiles * rows - h  # zero rows: they add nothing
+  xp = jnp.pad(x, ((0, 0), (0, extra), (0, 0), (0, 0)))
+  gp = jnp.pad(g, ((0, 0), (ph, ph + extra), (pw, pw), (0, 0)))
+  # Materialised once: otherwise XLA may fuse their producers (a concatenation, the BatchNorm backward) into
+  # the per-tile products and recompute them for every tap.
+  xp, gp = lax.optimization_barrier((xp, gp))
+
+  def tile(t, acc):
+    r0 = t * rows
+    xt = lax.dynamic_slice_in_dim(xp, r0, rows, axis=1)
+    gt = lax.dynamic_slice_in_dim(gp, r0, rows + 2 * ph, axis=1)
+    taps = []
+    for i in range(kh):
+      for j in range(kw):
+        gs = gt[:, 2 * ph - i:2 * ph - i + rows, 2 * pw - j:2 * pw - j + w]
+        # Input channels in blocks of 32: XLA:CPU's (C_in x K) @ (K x C_out) product is several times slower
+        # per FLOP for C_in = 64 than for 32 at these K.
+        taps.append(jnp.concatenate([jnp.einsum("bhwi,bhwo->io", xt[..., c:c + 32], gs, precision=precision)
+                                     for c in range(0, ci, 32)], axis=0))
+    return acc + jnp.stack(taps)
+
+  acc = lax.fori_loop(0, n_tiles, tile, jnp.zeros((kh * kw, ci, co), jnp.float32))
+  return acc.reshape(kh, kw, ci, co)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
