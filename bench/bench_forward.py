@@ -65,15 +65,47 @@ def model_flops(variant: str, h: int = H, w: int = W) -> int:
   return total
 
 
-def timeit(fn, *args, repeats: int = 5) -> float:
-  """Median wall time of fn(*args) in seconds, after one compile/warm-up call."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
+MATMUL_N = 4096
+MATMUL_GFLOP = 2 * MATMUL_N**3 / 1e9
+
+
+class Paired:
+  """Times a function in pairs with the 4096^2 matmul, so each ratio compares calls made back to back.
+
+  The matmul rate of this machine drifts between runs and within one (133-185 GFLOP/s seen in one process), so
+  a single matmul timing at the start is a poor yardstick for a model timed minutes later. Each repeat times
+  one matmul call and then one model call; the reported fraction is the median of the per-pair ratios.
+  """
+
+  def __init__(self):
+    self.a = jax.random.normal(jax.random.key(0), (MATMUL_N, MATMUL_N), jnp.float32)
+    self.mm = jax.jit(lambda a, b: a @ b)
+    jax.block_until_ready(self.mm(self.a, self.a))
+    self.matmul_seconds: list[float] = []
+
+  @staticmethod
+  def _time(fn, *args) -> float:
     t0 = time.perf_counter()
     jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t0)
-  return float(np.median(times))
+    return time.perf_counter() - t0
+
+  def __call__(self, fn, args, gflop: float, repeats: int) -> dict:
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    times, ratios = [], []
+    for _ in range(repeats):
+      t_mm = self._time(self.mm, self.a, self.a)
+      t = self._time(fn, *args)
+      self.matmul_seconds.append(t_mm)
+      times.append(t)
+      ratios.append((gflop / t) / (MATMUL_GFLOP / t_mm))
+    t = float(np.median(times))
+    return {"seconds": t, "gflop": gflop, "gflops": gflop / t, "fraction_of_matmul": float(np.median(ratios)),
+            "fraction_range": (float(min(ratios)), float(max(ratios)))}
+
+  def matmul(self) -> dict:
+    t = float(np.median(self.matmul_seconds))
+    rates = [MATMUL_GFLOP / x for x in self.matmul_seconds]
+    return {"seconds": t, "gflop": MATMUL_GFLOP, "gflops": MATMUL_GFLOP / t, "range": (min(rates), max(rates))}
 
 
 def peak_rss_gb() -> float:
@@ -85,8 +117,11 @@ def hugepages_on() -> bool:
   return hostmem.TUNABLE + "=1" in os.environ.get("GLIBC_TUNABLES", "")
 
 
-def time_train_step(rng: np.random.Generator, repeats: int) -> float:
-  """Median time of one pNCNN training step (Gaussian NLL, Adam) at batch 4, 352x1216."""
+TRAIN_GFLOP = 3 * 4 * model_flops("pncnn") / 1e9  # batch 4; backward ~ 2x forward
+
+
+def time_train_step(rng: np.random.Generator, paired: Paired, repeats: int) -> dict:
+  """One pNCNN training step (Gaussian NLL, Adam) at batch 4, 352x1216, paired with matmuls."""
   model = models.build_model("pncnn")
   variables = models.init_variables(model, jax.random.key(0))
   state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
@@ -94,38 +129,28 @@ def time_train_step(rng: np.random.Generator, repeats: int) -> float:
   target4 = np.where(rng.random((4, H, W, 1)) < 0.2, rng.uniform(2, 80, (4, H, W, 1)), 0).astype(np.float32)
   batch = {"sparse": jnp.asarray(sparse4), "target": jnp.asarray(target4)}
   step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"))
-  return timeit(lambda s, b: step(s, b)[1]["loss"], state, batch, repeats=repeats)
+  return paired(lambda s, b: step(s, b)[1]["loss"], (state, batch), TRAIN_GFLOP, repeats)
 
 
 def run(repeats: int) -> dict:
   results = {}
-  a = jax.random.normal(jax.random.key(0), (4096, 4096), jnp.float32)
-  mm = jax.jit(lambda a, b: a @ b)
-  t = timeit(mm, a, a, repeats=repeats)
-  results["matmul"] = {"seconds": t, "gflop": 2 * 4096**3 / 1e9, "gflops": 2 * 4096**3 / t / 1e9}
-  rate = results["matmul"]["gflops"]
+  paired = Paired()
   rng = np.random.default_rng(0)
   sparse1 = np.where(rng.random((1, H, W, 1)) < 0.05, rng.uniform(2, 80, (1, H, W, 1)), 0).astype(np.float32)
   for variant in ("pncnn", "ncnn_conf_l1"):
     model = models.build_model(variant)
     variables = models.init_variables(model, jax.random.key(0))
     fwd = jax.jit(functools.partial(model.apply, train=False))
-    t = timeit(fwd, variables, jnp.asarray(sparse1), repeats=repeats)
-    gflop = model_flops(variant) / 1e9
-    results[f"{variant}_forward_b1"] = {"seconds": t, "gflop": gflop, "gflops": gflop / t,
-                                        "fraction_of_matmul": gflop / t / rate}
-  t = time_train_step(rng, repeats=max(2, repeats // 2))
-  gflop = 3 * 4 * model_flops("pncnn") / 1e9  # backward ~ 2x forward
-  results["pncnn_train_step_b4"] = {"seconds": t, "gflop": gflop, "gflops": gflop / t,
-                                    "fraction_of_matmul": gflop / t / rate}
+    results[f"{variant}_forward_b1"] = paired(fwd, (variables, jnp.asarray(sparse1)), model_flops(variant) / 1e9,
+                                              repeats)
+  results["pncnn_train_step_b4"] = time_train_step(rng, paired, repeats)
   if hugepages_on():  # the same step in a process without huge pages, for the ratio (see pncnn_jax/hostmem.py)
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     env[hostmem.OPT_OUT] = "1"
     out = subprocess.run([sys.executable, __file__, "--train_step_only", f"--repeats={repeats}"], env=env,
                          capture_output=True, text=True, check=True).stdout
-    t4k = json.loads(out.strip().splitlines()[-1])["seconds"]
-    results["pncnn_train_step_b4_4k_pages"] = {"seconds": t4k, "gflop": gflop, "gflops": gflop / t4k,
-                                               "fraction_of_matmul": gflop / t4k / rate}
+    results["pncnn_train_step_b4_4k_pages"] = json.loads(out.strip().splitlines()[-1])
+  results["matmul"] = paired.matmul()
   results["peak_rss_gb"] = peak_rss_gb()
   return results
 
@@ -149,7 +174,11 @@ def render(results: dict) -> str:
       f"Host memory: GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '(unset)')} "
       "(the entry points turn on 2 MiB pages for XLA's per-call buffers, pncnn_jax/hostmem.py).",
       "",
-      "| what | time (s) | GFLOP | GFLOP/s | fraction of matmul rate |",
+      "Each model row is the median of its timed calls; every call is paired with a 4096^2 matmul call made just "
+      "before it, and the fraction is the median (range) of the per-pair ratios (model FLOP/s over matmul FLOP/s): "
+      "the matmul rate drifts on this machine.",
+      "",
+      "| what | time (s) | GFLOP | GFLOP/s | fraction of matmul rate, median (range) |",
       "|---|---|---|---|---|",
   ]
   names = {"matmul": "4096x4096 float32 matmul", "pncnn_forward_b1": "pNCNN forward, 352x1216, batch 1",
@@ -160,7 +189,10 @@ def render(results: dict) -> str:
     if key not in results:
       continue
     r = results[key]
-    frac = f"{r['fraction_of_matmul']:.2f}" if "fraction_of_matmul" in r else "1 (reference)"
+    if "fraction_of_matmul" in r:
+      frac = f"{r['fraction_of_matmul']:.2f} ({r['fraction_range'][0]:.2f}-{r['fraction_range'][1]:.2f})"
+    else:
+      frac = f"1 (reference; {r['range'][0]:.0f}-{r['range'][1]:.0f} GFLOP/s over the run)"
     lines.append(f"| {label} | {r['seconds']:.3f} | {r['gflop']:.1f} | {r['gflops']:.1f} | {frac} |")
   lines += ["", f"Peak resident memory of the benchmark process: {results['peak_rss_gb']:.2f} GB.", "",
             "Official PyTorch code on this machine kind (from the issue): pNCNN forward 1.64-1.77 s, batch-4 "
@@ -197,13 +229,13 @@ def write_section(path: pathlib.Path, name: str, body: str) -> None:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--output", type=pathlib.Path, default=None, help="markdown file to write the section into")
-  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--repeats", type=int, default=5, help="timed (matmul, model) pairs per row")
   parser.add_argument("--train_step_only", action="store_true", help="print the training-step time as JSON")
   args = parser.parse_args(argv)
   if args.train_step_only:
     rng = np.random.default_rng(0)
     rng.random((1, H, W, 1)), rng.uniform(2, 80, (1, H, W, 1))  # same batch as in run()
-    print(json.dumps({"seconds": time_train_step(rng, max(2, args.repeats // 2))}))
+    print(json.dumps(time_train_step(rng, Paired(), args.repeats)))
     return 0
   body = render(run(args.repeats))
   print(body)
