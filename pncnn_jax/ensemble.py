@@ -39,6 +39,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from pncnn_jax import evaluate
 from pncnn_jax import metrics as metrics_lib
 from pncnn_jax import models, train_step as ts
 
@@ -405,7 +406,7 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
     `pncnn_jax.evaluate.format_table(rows, metric_set)` or `format_table` here.
   """
   fn = make_ensemble_eval_fn(model, loss_name, metric_set, tuple(rules), mle)
-  probabilistic = loss_name in ("gaussian_nll", "gaussian_nll_exp", "laplace_nll")
+  probabilistic = loss_name in evaluate.PROBABILISTIC_LOSSES
   means: dict[str, metrics_lib.MeanAccumulator] = {}
   uncs: dict[str, metrics_lib.UncertaintyAccumulator] = {}
   names = [f"member {k}" for k in range(ensemble_size(variables))] + list(rules)
@@ -413,10 +414,7 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
   for i, batch in enumerate(batches):
     if 0 <= max_batches <= i:
       break
-    sparse, target = np.asarray(batch["sparse"], np.float32), np.asarray(batch["target"], np.float32)
-    if sparse.ndim != 4 or sparse.shape[-1] != 1 or sparse.shape != target.shape:
-      raise ValueError(f"evaluate_ensemble: batch {i} must have sparse and target of one shape (B, H, W, 1), "
-                       f"got {sparse.shape} and {target.shape}")
+    sparse, target = evaluate.batch_arrays(batch, i)
     out = jax.device_get(fn(variables, sparse, target))
     for name in names:
       d, c, per_image = out[name]

@@ -137,6 +137,15 @@ def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
   return np.concatenate([x, pad], axis=0)
 
 
+def batch_arrays(batch: Mapping[str, Any], index: int) -> tuple[np.ndarray, np.ndarray]:
+  """(sparse, target) of an evaluation batch as float32, both (B, H, W, 1); a clear error names the batch."""
+  sparse, target = np.asarray(batch["sparse"], np.float32), np.asarray(batch["target"], np.float32)
+  if sparse.ndim != 4 or sparse.shape[-1] != 1 or sparse.shape != target.shape:
+    raise ValueError(f"evaluation batch {index}: expected sparse and target of one shape (B, H, W, 1), got "
+                     f"{sparse.shape} and {target.shape}")
+  return sparse, target
+
+
 def _to_host(tree: Any) -> Any:
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
@@ -182,10 +191,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   for i, batch in enumerate(it):
     if 0 <= max_batches <= i:
       break
-    sparse, target = np.asarray(batch["sparse"], np.float32), np.asarray(batch["target"], np.float32)
-    if sparse.ndim != 4 or sparse.shape[-1] != 1 or sparse.shape != target.shape:
-      raise ValueError(f"evaluation batch {i}: expected sparse and target of one shape (B, H, W, 1), got "
-                       f"{sparse.shape} and {target.shape}")
+    sparse, target = batch_arrays(batch, i)
     b = sparse.shape[0]
     padded = -(-b // n_dev) * n_dev
     arrs = [jax.make_array_from_process_local_data(sharded, _pad_rows(a, padded)) for a in (sparse, target)]
