@@ -248,14 +248,18 @@ class PNCNN(nn.Module):
     var_estimator: one of VAR_ESTIMATORS.
     nconv_init: 'published' or 'repo' (see NConvUNet).
     unet_features: widths of the compact UNets.
-    precision: precision of the UNet convolutions (the NConv ones always run at float32 precision).
+    precision: precision of the UNet convolutions, a `jax.lax.Precision` or its name (the NConv ones always
+      run at float32 precision). 'highest' (the default) is float32 on every backend, so GPUs and TPUs give the
+      official numbers; 'default' lets them use TF32/bf16 passes: about 2.5x faster on an H200, but the
+      confidence UNet then moves single predictions by up to ~0.3 m (docs/BENCHMARKS.md). CPUs are float32
+      either way.
   """
 
   conf_estimator: str = "softplus"
   var_estimator: str = "cout"
   nconv_init: str = "published"
   unet_features: tuple[int, int, int, int] = (32, 32, 64, 64)
-  precision: Any = None
+  precision: Any = "highest"
 
   @nn.compact
   def __call__(self, sparse: Array, train: bool = False) -> ModelOutput:

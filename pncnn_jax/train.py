@@ -68,7 +68,13 @@ def variant_loss(config: ml_collections.ConfigDict) -> str:
 
 
 def build_model(config: ml_collections.ConfigDict) -> models.PNCNN:
-  return models.build_model(config.variant, nconv_init=config.nconv_init)
+  return models.build_model(config.variant, **model_settings(config))
+
+
+def model_settings(config: ml_collections.ConfigDict) -> dict[str, str]:
+  """The PNCNN fields a config sets besides the variant (configs written before `precision` existed get the
+  model's default, float32)."""
+  return {"nconv_init": config.nconv_init, "precision": config.get("precision", "highest")}
 
 
 def data_config(config: ml_collections.ConfigDict, kind: str, *, batch_size: int,
@@ -139,6 +145,13 @@ def shard_batch(batch: Mapping[str, np.ndarray], mesh: Mesh, keys=TRAIN_KEYS) ->
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(batch[k])) for k in keys}
 
 
+def shard_batches(batches: list[Mapping[str, np.ndarray]], mesh: Mesh, keys=TRAIN_KEYS) -> dict[str, jax.Array]:
+  """This host's parts of n batches -> global (n, B, ...) arrays, batch axis sharded over 'data'."""
+  sharding = NamedSharding(mesh, P(None, "data"))
+  return {k: jax.make_array_from_process_local_data(sharding, np.stack([np.asarray(b[k]) for b in batches]))
+          for k in keys}
+
+
 def replicate(tree: Any, mesh: Mesh) -> Any:
   return jax.device_put(tree, NamedSharding(mesh, P()))
 
@@ -148,10 +161,11 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
 
 
 @functools.lru_cache(maxsize=16)
-def _model_and_optimizer(variant: str, nconv_init: str, lr: float, spe: int, decay_epochs: int, factor: float):
+def _model_and_optimizer(variant: str, nconv_init: str, precision: str, lr: float, spe: int, decay_epochs: int,
+                         factor: float):
   """One (model, optimizer) per setting: the TrainState's static fields, so that equal settings reuse the jitted
   step in one process instead of recompiling it."""
-  model = models.build_model(variant, nconv_init=nconv_init)
+  model = models.build_model(variant, nconv_init=nconv_init, precision=precision)
   return model, ts.make_optimizer(ts.step_lr_schedule(lr, spe, decay_epochs, factor))
 
 
@@ -164,8 +178,8 @@ def _jitted_init(model: models.PNCNN):
 def init_state(config: ml_collections.ConfigDict, image_hw: tuple[int, int], total_steps_per_epoch: int
                ) -> ts.TrainState:
   """The initial TrainState (params from `config.seed`, Adam with the StepLR schedule)."""
-  model, tx = _model_and_optimizer(config.variant, config.nconv_init, config.learning_rate, total_steps_per_epoch,
-                                   config.lr_decay_epochs, config.lr_decay_factor)
+  model, tx = _model_and_optimizer(config.variant, *model_settings(config).values(), config.learning_rate,
+                                   total_steps_per_epoch, config.lr_decay_epochs, config.lr_decay_factor)
   del image_hw  # the variables do not depend on the image size
   with jax.threefry_partitionable(False):  # as models.init_variables, which gives the same variables
     variables = _jitted_init(model)(jax.random.key(config.seed))
@@ -251,6 +265,28 @@ def _write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> N
 
 
 @functools.lru_cache(maxsize=16)
+def make_train_steps(loss_name: str, mesh: Mesh):
+  """`train_step.train_steps` (n steps per call) jitted for the mesh: state replicated (donated), batches
+  sharded on 'data' along their batch axis (axis 1)."""
+  replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P(None, "data"))
+  return jax.jit(functools.partial(ts.train_steps, loss_name=loss_name),
+                 in_shardings=(replicated, sharded), out_shardings=(replicated, replicated), donate_argnums=0)
+
+
+def next_boundary(done: int, *, every: list[int], last: int) -> int:
+  """The first step count after `done` at which the loop must stop between calls: a multiple of one of `every`
+  (epoch length, validation/checkpoint intervals; <= 0 = unused) or `last`."""
+  return min([last] + [(done // e + 1) * e for e in every if e > 0])
+
+
+def steps_in_call(done: int, steps_per_call: int, boundary: int) -> int:
+  """How many steps the next call runs after `done` steps: `steps_per_call`, unless the next `boundary` would
+  fall inside the call; then single steps up to it, so that validations and checkpoints happen at exactly their
+  steps and only two programs (1 and `steps_per_call` steps) are ever compiled."""
+  return steps_per_call if boundary - done >= steps_per_call else 1
+
+
+@functools.lru_cache(maxsize=16)
 def make_train_step(loss_name: str, mesh: Mesh):
   """`train_step` jitted for the mesh: state replicated (donated), batch sharded on 'data'."""
   replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
@@ -259,9 +295,10 @@ def make_train_step(loss_name: str, mesh: Mesh):
 
 
 @functools.lru_cache(maxsize=16)
-def _eval_fn(variant: str, nconv_init: str, loss_name: str, metric_set: str):
+def _eval_fn(variant: str, nconv_init: str, precision: str, loss_name: str, metric_set: str):
   """One jitted eval function per model (reused across validations and runs in one process)."""
-  return evaluate.make_eval_fn(models.build_model(variant, nconv_init=nconv_init), loss_name, metric_set)
+  model = models.build_model(variant, nconv_init=nconv_init, precision=precision)
+  return evaluate.make_eval_fn(model, loss_name, metric_set)
 
 
 def validate(config: ml_collections.ConfigDict, state: ts.TrainState, mesh: Mesh,
@@ -322,7 +359,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     state = replicate(state, mesh)
   start = int(state.step)
   step_fn = make_train_step(loss_name, mesh)
-  eval_fn = _eval_fn(config.variant, config.nconv_init, loss_name, config.metrics)
+  eval_fn = _eval_fn(config.variant, *model_settings(config).values(), loss_name, config.metrics)
 
   def metadata(step: int) -> dict[str, Any]:
     return {"variant": config.variant, "loss": loss_name, "step": step, "epoch": step / spe,
@@ -336,30 +373,44 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     bar = tqdm(total=total_steps, initial=start, unit="step", dynamic_ncols=True, desc=config.variant)
   window: list[dict[str, float]] = []
   t_window = time.perf_counter()
-  steps_run = 0
+  per_call = config.get("steps_per_call", 1)
+  if not isinstance(per_call, int) or per_call < 1:
+    raise ValueError(f"config.steps_per_call must be a positive integer, got {per_call!r}")
+  steps_fn = make_train_steps(loss_name, mesh) if per_call > 1 else None
+  stop_at = total_steps if stop_after_steps is None else min(total_steps, start + stop_after_steps)
+  every = [spe, config.eval_every_steps, config.checkpoint_every_steps]
   try:
-    for step in range(start, total_steps):
-      batch = shard_batch(next(train_iter), mesh)
-      state, m = step_fn(state, batch)
-      m = jax.device_get(m)
-      done = step + 1
-      if not bool(m["is_finite"]):
-        good = ckpt.latest_step()
-        raise FloatingPointError(
-            f"non-finite loss or gradient at step {done} (loss={float(m['loss'])}, grad_norm="
-            f"{float(m['grad_norm'])}) of {config.variant} in {workdir}: stopping. The last good checkpoint is "
-            f"step {good} (nothing was saved after it); lower config.learning_rate or check the data.")
-      lr = float(schedule(step))
-      window.append({k: float(v) for k, v in m.items() if k != "is_finite"} | {"lr": lr})
-      if bar is not None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{float(m['loss']):.4g}", rmse=f"{float(m['rmse']):.3g}", lr=f"{lr:.0e}")
-      if done % config.log_every_steps == 0 or done == total_steps:
-        dt = time.perf_counter() - t_window
-        row = {k: float(np.mean([w[k] for w in window])) for k in window[0]}
-        row.update(lr=lr, steps_per_sec=len(window) / dt, epoch=done / spe)
-        writer.write(done, "train", row)
-        window, t_window = [], time.perf_counter()
+    step = start
+    while step < stop_at:
+      n = steps_in_call(step, per_call, next_boundary(step, every=every, last=stop_at))
+      if n == 1:
+        state, m = step_fn(state, shard_batch(next(train_iter), mesh))
+        per_step = [jax.device_get(m)]
+      else:
+        state, m = steps_fn(state, shard_batches([next(train_iter) for _ in range(n)], mesh))
+        m = jax.device_get(m)
+        per_step = [{k: v[i] for k, v in m.items()} for i in range(n)]
+      for m in per_step:
+        done = step + 1
+        if not bool(m["is_finite"]):
+          good = ckpt.latest_step()
+          raise FloatingPointError(
+              f"non-finite loss or gradient at step {done} (loss={float(m['loss'])}, grad_norm="
+              f"{float(m['grad_norm'])}) of {config.variant} in {workdir}: stopping. The last good checkpoint is "
+              f"step {good} (nothing was saved after it); lower config.learning_rate or check the data.")
+        lr = float(schedule(step))
+        window.append({k: float(v) for k, v in m.items() if k != "is_finite"} | {"lr": lr})
+        if bar is not None:
+          bar.update(1)
+          bar.set_postfix(loss=f"{float(m['loss']):.4g}", rmse=f"{float(m['rmse']):.3g}", lr=f"{lr:.0e}")
+        if done % config.log_every_steps == 0 or done == total_steps:
+          dt = time.perf_counter() - t_window
+          row = {k: float(np.mean([w[k] for w in window])) for k in window[0]}
+          row.update(lr=lr, steps_per_sec=len(window) / dt, epoch=done / spe)
+          writer.write(done, "train", row)
+          window, t_window = [], time.perf_counter()
+        step = done
+      # Validation and checkpoints only after a call's last step: steps_in_call ends calls at their steps.
       is_epoch_end = done % spe == 0
       is_eval = is_epoch_end or (config.eval_every_steps > 0 and done % config.eval_every_steps == 0)
       if is_eval or done == total_steps:
@@ -375,9 +426,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                     if isinstance(val.get("rmse"), float) and math.isfinite(val["rmse"]) else None)
       elif config.checkpoint_every_steps > 0 and done % config.checkpoint_every_steps == 0:
         ckpt.save(done, state_to_tree(state), metadata(done))
-      steps_run += 1
-      if stop_after_steps is not None and steps_run >= stop_after_steps:
-        break
   finally:
     if bar is not None:
       bar.close()

@@ -105,6 +105,20 @@ def train_step(state: TrainState, batch: dict[str, Array], *, loss_name: str) ->
   return new_state, metrics
 
 
+def train_steps(state: TrainState, batches: dict[str, Array], *, loss_name: str
+                ) -> tuple[TrainState, dict[str, Array]]:
+  """n optimisation steps in one program: `batches` holds n batches stacked on a leading axis (n, B, H, W, 1);
+  the metrics come back stacked, (n,) each. The same arithmetic as n `train_step` calls.
+
+  The steps are unrolled (`lax.scan` with unroll=n), not looped: XLA:CPU runs convolutions inside a while loop
+  on a far slower path (38 s instead of 2.9 s per pNCNN step at 176x608, batch 4). One program also allocates
+  its working memory once for all n steps, where separate calls fault it in afresh each time (CPU: ~1.5 s of
+  system time per KITTI-size step; docs/BENCHMARKS.md).
+  """
+  n = jax.tree.leaves(batches)[0].shape[0]
+  return jax.lax.scan(lambda s, b: train_step(s, b, loss_name=loss_name), state, batches, unroll=n)
+
+
 def eval_step(state: TrainState, batch: dict[str, Array]) -> models.ModelOutput:
   """Eval-mode forward (BatchNorm running statistics) on `batch['sparse']`."""
   return state.apply_fn(variables_of(state), batch["sparse"], train=False)

@@ -135,6 +135,59 @@ def test_kill_and_resume_gives_the_uninterrupted_parameters(tmp_path):
   best.close()
 
 
+def test_call_lengths_stop_at_every_boundary():
+  every = [3, -1, 5]  # epoch of 3 steps, no eval interval, checkpoint every 5
+  done, calls = 0, []
+  while done < 10:
+    n = train.steps_in_call(done, 2, train.next_boundary(done, every=every, last=10))
+    assert not any(b % 3 == 0 or b % 5 == 0 for b in range(done + 1, done + n))  # no boundary inside a call
+    calls.append(n)
+    done += n
+  assert calls == [2, 1, 2, 1, 2, 1, 1] and done == 10
+
+
+def test_several_steps_per_call_give_the_same_run(tmp_path):
+  """steps_per_call=2 (unrolled two-step program; single steps before each boundary) = one step per call.
+
+  NCNN (no BatchNorm): with BatchNorm, the pre-BN conv biases have analytically zero gradients whose rounding
+  noise Adam turns into +-lr steps, so two equally valid programs drift apart (reference README A.6)."""
+  cfg = tiny_config("ncnn", steps_per_epoch=3, log_every_steps=1)  # 6 steps; validation + checkpoint at 3 and 6
+  train.train_and_evaluate(cfg, tmp_path / "one")
+  cfg.steps_per_call = 2
+  train.train_and_evaluate(cfg, tmp_path / "two")
+  a, meta_a = _params(tmp_path / "one")
+  b, meta_b = _params(tmp_path / "two")
+  assert int(a["step"]) == int(b["step"]) == 6 and meta_a["data_iterator"] == meta_b["data_iterator"]
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+  rows = {d: [json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()] for d in ("one", "two")}
+  assert [(r["split"], r["step"]) for r in rows["one"]] == [(r["split"], r["step"]) for r in rows["two"]]
+  for r1, r2 in zip(rows["one"], rows["two"]):
+    if r1["split"] == "train":
+      assert r1["loss"] == pytest.approx(r2["loss"], rel=1e-5)
+  cfg.steps_per_call = 0
+  with pytest.raises(ValueError, match="steps_per_call"):
+    train.train_and_evaluate(cfg, tmp_path / "bad")
+
+
+def test_two_step_program_on_two_devices_starts_like_the_single_step():
+  """The stacked two-step program with BatchNorm (NCNN-Conf), batch sharded over 2 devices: its first step's
+  metrics are the single step's, its second loss follows to rounding (see the test above for why not exact)."""
+  cfg = tiny_config()
+  mesh = train.make_mesh()
+  batches = _batches(2)
+  state = train.replicate(train.init_state(cfg, (32, 64), 4), mesh)
+  stacked = train.shard_batches(batches, mesh)
+  assert stacked["sparse"].shape == (2, 4, 32, 64, 1) and len(stacked["sparse"].addressable_shards) == 2
+  _, m2 = train.make_train_steps("masked_l1", mesh)(jax.tree.map(jnp.copy, state), stacked)
+  single = train.make_train_step("masked_l1", mesh)
+  s1, m1a = single(jax.tree.map(jnp.copy, state), train.shard_batch(batches[0], mesh))
+  _, m1b = single(s1, train.shard_batch(batches[1], mesh))
+  for k in ("loss", "mae", "rmse", "grad_norm"):
+    np.testing.assert_allclose(float(m2[k][0]), float(m1a[k]), rtol=1e-5)
+  np.testing.assert_allclose(float(m2["loss"][1]), float(m1b["loss"]), rtol=1e-3)
+
+
 def test_lr_schedule_follows_the_step():
   cfg = tiny_config(lr_decay_epochs=1)
   state = train.init_state(cfg, (32, 64), 4)
