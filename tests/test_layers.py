@@ -219,6 +219,23 @@ def test_conv2d_same_values_and_gradients_on_the_taps_path():
     layers.conv2d_same(x, jnp.zeros((2, 2, 16, 4)))
 
 
+def test_conv_of_several_inputs_is_the_conv_of_their_concatenation():
+  """models.Conv(a, b) (the UNet skip joins in eval mode): same parameters, outputs and gradients as on cat."""
+  a, b = _rand(0, (2, 9, 13, 3), -1, 1), _rand(1, (2, 9, 13, 5), -1, 1)
+  conv = models.Conv(4, 3, jax.lax.Precision.HIGHEST)
+  v_cat = conv.init(jax.random.key(0), jnp.concatenate([a, b], -1))
+  v_two = conv.init(jax.random.key(0), a, b)
+  assert jax.tree.all(jax.tree.map(lambda p, q: bool(jnp.array_equal(p, q)), v_cat, v_two))
+  f_cat = lambda v, a_, b_: conv.apply(v, jnp.concatenate([a_, b_], -1))  # noqa: E731
+  f_two = lambda v, a_, b_: conv.apply(v, a_, b_)  # noqa: E731
+  y, vjp = jax.vjp(f_two, v_two, a, b)
+  y_ref, vjp_ref = jax.vjp(f_cat, v_cat, a, b)
+  np.testing.assert_allclose(y, y_ref, rtol=0, atol=1e-5)
+  g = _rand(2, y.shape, -1, 1)
+  for got, want in zip(jax.tree.leaves(vjp(g)), jax.tree.leaves(vjp_ref(g))):
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * float(jnp.max(jnp.abs(want))))
+
+
 def test_rank_checks_name_the_shape():
   with pytest.raises(ValueError, match=r"\(4, 4\)"):
     layers.confidence_downsample(jnp.zeros((4, 4)), jnp.zeros((4, 4)))
