@@ -533,12 +533,13 @@ def make_ensemble_train_step(loss_name: str, mesh: Mesh, method: str = "vmap"):
 def _model_of(config):
   """The config's model, one instance per setting: `model.apply` is a static part of the TrainState and bound
   methods of equal but distinct modules compare unequal, which would make the jitted step recompile."""
-  return _cached_model(config.variant, config.nconv_init, config.get("precision", "highest"))
+  from pncnn_jax import train  # pylint: disable=g-import-not-at-top
+  return _cached_model(config.variant, **train.model_settings(config))
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_model(variant: str, nconv_init: str, precision: str):
-  return models.build_model(variant, nconv_init=nconv_init, precision=precision)
+def _cached_model(variant: str, **settings: str):
+  return models.build_model(variant, **settings)
 
 
 @functools.lru_cache(maxsize=8)

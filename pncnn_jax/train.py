@@ -72,9 +72,12 @@ def build_model(config: ml_collections.ConfigDict) -> models.PNCNN:
 
 
 def model_settings(config: ml_collections.ConfigDict) -> dict[str, str]:
-  """The PNCNN fields a config sets besides the variant (configs written before `precision` existed get the
-  model's default, float32)."""
-  return {"nconv_init": config.nconv_init, "precision": config.get("precision", "highest")}
+  """The PNCNN fields a config sets besides the variant, as `models.build_model` keyword arguments. `precision`
+  only where the config has it: configs saved before it existed get the model's default (float32)."""
+  settings = {"nconv_init": config.nconv_init}
+  if "precision" in config:
+    settings["precision"] = config.precision
+  return settings
 
 
 def data_config(config: ml_collections.ConfigDict, kind: str, *, batch_size: int,
@@ -161,11 +164,10 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
 
 
 @functools.lru_cache(maxsize=16)
-def _model_and_optimizer(variant: str, nconv_init: str, precision: str, lr: float, spe: int, decay_epochs: int,
-                         factor: float):
+def _model_and_optimizer(variant: str, lr: float, spe: int, decay_epochs: int, factor: float, **settings: str):
   """One (model, optimizer) per setting: the TrainState's static fields, so that equal settings reuse the jitted
-  step in one process instead of recompiling it."""
-  model = models.build_model(variant, nconv_init=nconv_init, precision=precision)
+  step in one process instead of recompiling it. `settings`: `model_settings(config)`."""
+  model = models.build_model(variant, **settings)
   return model, ts.make_optimizer(ts.step_lr_schedule(lr, spe, decay_epochs, factor))
 
 
@@ -178,8 +180,8 @@ def _jitted_init(model: models.PNCNN):
 def init_state(config: ml_collections.ConfigDict, image_hw: tuple[int, int], total_steps_per_epoch: int
                ) -> ts.TrainState:
   """The initial TrainState (params from `config.seed`, Adam with the StepLR schedule)."""
-  model, tx = _model_and_optimizer(config.variant, *model_settings(config).values(), config.learning_rate,
-                                   total_steps_per_epoch, config.lr_decay_epochs, config.lr_decay_factor)
+  model, tx = _model_and_optimizer(config.variant, config.learning_rate, total_steps_per_epoch,
+                                   config.lr_decay_epochs, config.lr_decay_factor, **model_settings(config))
   del image_hw  # the variables do not depend on the image size
   with jax.threefry_partitionable(False):  # as models.init_variables, which gives the same variables
     variables = _jitted_init(model)(jax.random.key(config.seed))
@@ -295,10 +297,9 @@ def make_train_step(loss_name: str, mesh: Mesh):
 
 
 @functools.lru_cache(maxsize=16)
-def _eval_fn(variant: str, nconv_init: str, precision: str, loss_name: str, metric_set: str):
+def _eval_fn(variant: str, loss_name: str, metric_set: str, **settings: str):
   """One jitted eval function per model (reused across validations and runs in one process)."""
-  model = models.build_model(variant, nconv_init=nconv_init, precision=precision)
-  return evaluate.make_eval_fn(model, loss_name, metric_set)
+  return evaluate.make_eval_fn(models.build_model(variant, **settings), loss_name, metric_set)
 
 
 def validate(config: ml_collections.ConfigDict, state: ts.TrainState, mesh: Mesh,
@@ -359,7 +360,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     state = replicate(state, mesh)
   start = int(state.step)
   step_fn = make_train_step(loss_name, mesh)
-  eval_fn = _eval_fn(config.variant, *model_settings(config).values(), loss_name, config.metrics)
+  eval_fn = _eval_fn(config.variant, loss_name, config.metrics, **model_settings(config))
 
   def metadata(step: int) -> dict[str, Any]:
     return {"variant": config.variant, "loss": loss_name, "step": step, "epoch": step / spe,

@@ -188,6 +188,15 @@ def test_two_step_program_on_two_devices_starts_like_the_single_step():
   np.testing.assert_allclose(float(m2["loss"][1]), float(m1b["loss"]), rtol=1e-3)
 
 
+def test_model_settings_follow_the_config_and_old_configs_get_float32():
+  assert train.build_model(tiny_config(precision="default")).precision == "default"
+  cfg = tiny_config()
+  with cfg.unlocked():
+    del cfg["precision"]  # a config saved before the field existed
+  assert train.model_settings(cfg) == {"nconv_init": "published"}
+  assert train.build_model(cfg).precision == "highest"
+
+
 def test_lr_schedule_follows_the_step():
   cfg = tiny_config(lr_decay_epochs=1)
   state = train.init_state(cfg, (32, 64), 4)
