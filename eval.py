@@ -38,7 +38,7 @@ def main(argv):
       rows = ensemble.evaluate_ensemble_config(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value)
     except (ValueError, FileNotFoundError) as e:
       sys.exit(f"error: {e}")
-    print(ensemble.format_table(rows, _CONFIG.value.metrics))
+    print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
     return
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,

@@ -24,22 +24,16 @@ def main(argv):
   import jax  # pylint: disable=g-import-not-at-top
   if _MULTIHOST.value:
     jax.distributed.initialize()
-  from pncnn_jax import train  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import evaluate, train  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
-  if "ensemble" in _CONFIG.value:  # K members in one vmapped step (configs/ensemble_synthetic.py)
-    from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
-    try:
-      rows = ensemble.train_ensemble(_CONFIG.value, _WORKDIR.value)
-    except (ValueError, FileNotFoundError, FloatingPointError) as e:
-      sys.exit(f"error: {e}")
-    if rows and jax.process_index() == 0:
-      print(ensemble.format_table(rows, _CONFIG.value.metrics))
-    return
   try:
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:  # bad input or a diverged run: no traceback
     sys.exit(f"error: {e}")
   if summary and jax.process_index() == 0:
+    if "rows" in summary:  # an ensemble (configs/ensemble_synthetic.py): every member and fusion rule
+      print(evaluate.format_table(summary["rows"], _CONFIG.value.metrics, header="member / fusion"))
+      return
     val = summary["val"]
     print(f"final validation (step {summary['step']}): " + ", ".join(
         f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn", "auce") if isinstance(val.get(k), float)))

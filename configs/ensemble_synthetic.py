@@ -1,40 +1,38 @@
 r"""An ensemble of pNCNNs on the synthetic scenes (paper Table 3), sized for a CPU.
 
 The single-model recipe of configs/synthetic.py (variant chosen by the argument, default pncnn) plus an
-`ensemble` block: K members in one vmapped train step (pncnn_jax.ensemble.train_ensemble), member k from seed
+`ensemble` block: K members in one vmapped train step (pncnn_jax.train, the loop of single models), member k from seed
 seeds[k] (default seed + k) on its own random subset of the training scenes, then evaluated per member and per
 fusion rule (mean, confidence-weighted mean, max-confidence, MLE).
 
 Library use (train.py / eval.py dispatch to these when the config has an `ensemble` block):
 
-  from pncnn_jax import ensemble, train
-  config = train.load_config("configs/ensemble_synthetic.py:pncnn")
-  rows = ensemble.train_ensemble(config, "runs/synth_ensemble")            # trains, resumes, evaluates
+  from pncnn_jax import config as config_lib, ensemble, evaluate, train
+  config = config_lib.load_config("configs/ensemble_synthetic.py:pncnn")
+  rows = train.train_and_evaluate(config, "runs/synth_ensemble")["rows"]   # trains, resumes, evaluates
   rows = ensemble.evaluate_ensemble_config(config, "runs/synth_ensemble")  # evaluates a trained ensemble
-  print(ensemble.format_table(rows))
+  print(evaluate.format_table(rows))
 
 bench/bench_ensemble.py trains a shorter version of it (see docs/BENCHMARKS.md, section "Ensembles").
 """
 
-import importlib.util
 import pathlib
 
 import ml_collections
 
+from pncnn_jax import config as config_lib
+
 
 def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   """configs/synthetic.py:<variant> plus the ensemble settings."""
-  path = pathlib.Path(__file__).with_name("synthetic.py")
-  spec = importlib.util.spec_from_file_location("_pncnn_synthetic_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config(variant or "pncnn")
+  c = config_lib.load_config(f"{pathlib.Path(__file__).with_name('synthetic.py')}:{variant or 'pncnn'}")
   c.ensemble = ml_collections.ConfigDict()
   c.ensemble.num_members = 4  # K members (the paper's Table 3 uses 4)
   c.ensemble.seeds = ()  # per-member init and data seeds; () = seed + k
   c.ensemble.subset_fraction = 0.5  # each member trains on this random fraction of the training scenes
   c.ensemble.train_member_map = "vmap"  # 'vmap' | 'map' (lax.map: ~10x slower train steps on CPU)
   c.ensemble.rules = ("mean", "weighted_mean", "max_confidence", "mle")  # fusion rules evaluated
+  c.ensemble.select_rule = "mean"  # the fusion rule whose validation RMSE picks the best checkpoint
   c.ensemble.mle_variance = 0.1  # v^2 [m^2] of the MLE mixture components (paper supplementary)
   c.ensemble.mle_steps = 500  # Adam steps of the MLE fusion
   c.ensemble.mle_learning_rate = 0.05  # Adam's initial learning rate [m], cosine-decayed to 0

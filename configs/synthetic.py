@@ -17,55 +17,28 @@ RMSE 2.63 m / AUSE 0.239 (1.32 Gustafsson). 250 steps is far from converged; tra
 (--config.num_epochs, --config.data.synthetic_size) for better depth.
 """
 
+import pathlib
+
 import ml_collections
+
+from pncnn_jax import config as config_lib
+
+BASE = pathlib.Path(__file__).with_name("base.py")
 
 
 def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   """The synthetic config of one variant (`configs/synthetic.py:<variant>`)."""
-  from pncnn_jax import models  # pylint: disable=g-import-not-at-top
-  variant = variant or "pncnn"
-  if variant not in models.VARIANTS:
-    raise ValueError(f"configs/synthetic.py: unknown variant {variant!r}; choose one of "
-                     f"{', '.join(models.VARIANTS)}")
-  c = ml_collections.ConfigDict()
-  c.variant = variant  # model preset, a key of pncnn_jax.models.VARIANTS
-  c.loss = ""  # '' = the variant's published loss; else a key of pncnn_jax.losses.LOSSES
-  c.nconv_init = "published"  # 'published' (Poisson, as the shipped checkpoints) or 'repo' (Kaiming)
-  c.precision = "highest"  # UNet convolutions: 'highest' = float32 everywhere; 'default' = TF32/bf16 on GPU/TPU
-  c.seed = 0  # parameter init and data order
-
-  c.data = ml_collections.ConfigDict()
-  c.data.dataset = "synthetic"  # 'synthetic' | 'kitti_depth' | 'nyu_depth'
-  c.data.data_dir = ml_collections.FieldReference(None, field_type=str)  # unused for synthetic
-  c.data.train_split = "train"  # split trained on
-  c.data.train_crop = "center"  # the middle rows of the 352x1216 frame (the LiDAR band; scenes differ)
-  c.data.train_crop_height = 64  # rows of the training crop
-  c.data.train_crop_width = 320  # columns of the training crop
-  c.data.eval_split = "val"  # split validated / evaluated on
+  c = config_lib.load_config(f"{BASE}:{variant or 'pncnn'}")
+  c.data.dataset = "synthetic"
+  c.data.train_crop_height, c.data.train_crop_width = 64, 320  # the LiDAR band of the 352x1216 frame (centre)
+  c.data.eval_split = "val"
   c.data.eval_crop = "center"  # the middle rows, where LiDAR points and the disturbed ones are
-  c.data.eval_crop_height = 128  # rows of the evaluation crop
-  c.data.eval_crop_width = 384  # columns of the evaluation crop
+  c.data.eval_crop_height, c.data.eval_crop_width = 128, 384
   c.data.synthetic_size = 200  # training scenes per epoch (50 steps)
   c.data.eval_synthetic_size = 32  # validation scenes
-  c.data.nyu_num_samples = 1000  # nyu only: expected sparse samples per image
-  c.data.num_threads = 2  # grain reader threads per host
-
-  c.metrics = "kitti"  # 'kitti' (mm, 1/km) or 'nyu' (metres)
-  c.batch_size = 4  # global batch (all devices, all hosts); must divide by the device count
-  c.eval_batch_size = 8  # per-image metrics do not depend on it; padded to the device count
-  c.num_epochs = 5  # epochs of training
-  c.steps_per_epoch = -1  # -1: synthetic_size // batch_size
-  c.learning_rate = 0.01  # Adam (plain: amsgrad False, as the shipped checkpoints)
-  c.lr_decay_epochs = 4  # StepLR step size in epochs (x0.1 for the last epoch)
-  c.lr_decay_factor = 0.1  # StepLR gamma
-
-  c.eval_every_steps = -1  # also validate every N steps (-1: only at the end of each epoch)
-  c.num_eval_batches = -1  # -1: the whole validation split
-  c.steps_per_call = 1  # optimisation steps per jitted call (unrolled; validation/checkpoint steps stay exact).
-  # >1 saves XLA:CPU re-faulting the step's working memory on every call (~10 % per KITTI-size step).
-  c.log_every_steps = 20  # training metrics to metrics.jsonl / TensorBoard every N steps
-  c.checkpoint_every_steps = -1  # also checkpoint every N steps (-1: after each validation only)
-  c.max_to_keep = 2  # latest checkpoints kept (the best by validation RMSE is kept too)
-  c.num_panels = 4  # qualitative panels written by eval.py
-  c.progress_bar = True  # tqdm progress bar with rate and ETA
+  c.data.num_threads = 2
+  c.eval_batch_size = 8
+  c.num_epochs = 5
+  c.lr_decay_epochs = 4  # x0.1 for the last epoch
+  c.log_every_steps = 20
   return c

@@ -212,7 +212,7 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
     raise FileNotFoundError(f"checkpoint {path} does not exist")
   if not path.is_dir():
     raise ValueError(f"checkpoint {path} is a file; expected a pncnn_jax checkpoint directory (for official "
-                     ".pth.tar/.npz files use pncnn_jax.convert.load_official or `python -m pncnn_jax.convert`)")
+                     ".pth.tar/.npz files use pncnn_jax.loader.load or `python -m pncnn_jax.convert`)")
   if not os.access(path, os.R_OK | os.X_OK):
     raise PermissionError(f"checkpoint {path} is not readable")
   if (path / VARIABLES_ITEM).is_dir():
@@ -247,5 +247,3 @@ def abstract_like(tree: PyTree, sharding: jax.sharding.Sharding | None = None) -
 
   return jax.tree.map(leaf, tree)
 
-
-Checkpointer.restore_variables = staticmethod(restore_variables)

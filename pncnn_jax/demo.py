@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
   from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every file it writes at INFO
   import jax  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from pncnn_jax import evaluate, train, viz  # pylint: disable=g-import-not-at-top
 
   if not CONFIG_FILE.is_file():
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
   t_start = time.time()
   rows, curves, histories, timings = {}, {}, {}, {}
   for variant in variants:
-    cfg = train.load_config(f"{CONFIG_FILE}:{variant}")
+    cfg = config_lib.load_config(f"{CONFIG_FILE}:{variant}")
     if args.quick:
       cfg.steps_per_epoch, cfg.num_epochs, cfg.data.eval_synthetic_size = 2, 1, 4
     wd = root / variant

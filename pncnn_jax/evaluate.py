@@ -6,12 +6,9 @@ the split (REFERENCE.md 6.1); the per-pixel squared errors and confidences of al
 AUSE (REFERENCE.md 6.3 / 6.4).
 
 Uncertainty as a standard deviation in metres (used for AUCE, NLL and the "uncertainty" panels) follows from the
-loss the model was trained with:
-  gaussian_nll       sigma = 1/sqrt(c)           c = out.confidence, a precision [1/m^2] (REFERENCE.md 5)
-  gaussian_nll_exp   sigma = exp(-c/2)           the data term's precision is exp(c)
-  laplace_nll        sigma = sqrt(2)/c           c = 1/b, Laplace std sqrt(2) b
-  masked_l1 / l2     none: out.confidence is the propagated NConv confidence, not calibrated; AUSE ranks by it
-                     and AUCE / NLL are reported as null.
+loss the model was trained with: sigma = 1/sqrt(precision), the precision being each loss's rule
+(`losses.precision_of`: c for gaussian_nll, exp(c) for gaussian_nll_exp, c^2/2 for laplace_nll). For masked_l1 / l2
+out.confidence is the propagated NConv confidence, not calibrated: AUSE ranks by it and AUCE / NLL are null.
 
 On synthetic data the batches carry `disturbed` (LiDAR points off the visible surface); the AUROC of the input
 confidence c0 for detecting them is reported: the probability that a disturbed point gets a lower c0 than a
@@ -22,69 +19,25 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import json
 import math
 import pathlib
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
+from pncnn_jax import config as config_lib
+from pncnn_jax import loader, losses, models, sharding, viz
 from pncnn_jax import metrics as M
-from pncnn_jax import models
-
-PROBABILISTIC_LOSSES = ("gaussian_nll", "gaussian_nll_exp", "laplace_nll")
-
-
-def precision_equivalent(conf: np.ndarray, loss_name: str) -> np.ndarray | None:
-  """1/sigma^2 [1/m^2] of a model trained with `loss_name` (see module doc), or None without a calibrated sigma.
-
-  A monotone increasing function of the confidence, so it ranks pixels exactly as the confidence does.
-  """
-  c = np.asarray(conf, np.float64)
-  if loss_name == "gaussian_nll":
-    return c
-  if loss_name == "gaussian_nll_exp":
-    with np.errstate(over="ignore"):
-      return np.exp(c)
-  if loss_name == "laplace_nll":
-    return 0.5 * c * c
-  return None
-
+from pncnn_jax.data import io as data_io
+from pncnn_jax.data import sparsify
 
 def sigma_of(conf: np.ndarray, loss_name: str) -> np.ndarray | None:
   """Predicted standard deviation [m] (see module doc), or None for models without a calibrated sigma."""
-  prec = precision_equivalent(conf, loss_name)
+  prec = losses.precision_of(np.asarray(conf), loss_name)
   return None if prec is None else M.sigma_from_precision(prec)
-
-
-def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
-  """Area under the ROC curve of `scores` for the positive `labels` (rank-based, Mann-Whitney U).
-
-  AUROC = (sum of the ranks of the positives - n_pos (n_pos + 1) / 2) / (n_pos n_neg), ranks 1-based with ties
-  averaged, so a tie between a positive and a negative counts 1/2. NaN when one class is empty.
-
-  Args:
-    scores: (N,) higher = more likely positive.
-    labels: (N,) bool.
-  """
-  scores = np.asarray(scores, np.float64).ravel()
-  labels = np.asarray(labels, bool).ravel()
-  if scores.shape != labels.shape:
-    raise ValueError(f"auroc: scores {scores.shape} and labels {labels.shape} differ in shape")
-  n_pos = int(labels.sum())
-  n_neg = labels.size - n_pos
-  if n_pos == 0 or n_neg == 0:
-    return float("nan")
-  uniq, inv, counts = np.unique(scores, return_inverse=True, return_counts=True)
-  first_rank = np.cumsum(counts) - counts + 1  # 1-based rank of each distinct value's first occurrence
-  avg_rank = first_rank + (counts - 1) / 2.0
-  rank_sum = float(np.sum(avg_rank[inv][labels]))
-  return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
 
 
 @dataclasses.dataclass
@@ -115,9 +68,8 @@ class EvalResult:
     return out
 
 
-def make_eval_fn(model: models.PNCNN, loss_name: str, metric_set: str):
+def make_eval_fn(model: models.PNCNN, metric_set: str):
   """jit(variables, sparse, target) -> (ModelOutput, per-image metrics), eval mode."""
-  del loss_name
   if metric_set not in ("kitti", "nyu"):
     raise ValueError(f"metrics must be 'kitti' or 'nyu', got {metric_set!r}")
   metric_fn = M.kitti_metrics if metric_set == "kitti" else M.nyu_metrics
@@ -130,13 +82,6 @@ def make_eval_fn(model: models.PNCNN, loss_name: str, metric_set: str):
   return fn
 
 
-def _pad_rows(x: np.ndarray, n: int) -> np.ndarray:
-  if x.shape[0] == n:
-    return x
-  pad = np.zeros((n - x.shape[0],) + x.shape[1:], x.dtype)
-  return np.concatenate([x, pad], axis=0)
-
-
 def batch_arrays(batch: Mapping[str, Any], index: int) -> tuple[np.ndarray, np.ndarray]:
   """(sparse, target) of an evaluation batch as float32, both (B, H, W, 1); a clear error names the batch."""
   sparse, target = np.asarray(batch["sparse"], np.float32), np.asarray(batch["target"], np.float32)
@@ -144,13 +89,6 @@ def batch_arrays(batch: Mapping[str, Any], index: int) -> tuple[np.ndarray, np.n
     raise ValueError(f"evaluation batch {index}: expected sparse and target of one shape (B, H, W, 1), got "
                      f"{sparse.shape} and {target.shape}")
   return sparse, target
-
-
-def _to_host(tree: Any) -> Any:
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    return multihost_utils.process_allgather(tree, tiled=True)
-  return jax.device_get(tree)
 
 
 def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: Iterable[Mapping[str, np.ndarray]],
@@ -172,14 +110,11 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
     eval_fn: a `make_eval_fn` result to reuse (saves a compilation).
     progress: show a tqdm bar.
   """
-  if mesh is None:
-    mesh = Mesh(np.asarray(jax.devices()), ("data",))
-  eval_fn = eval_fn or make_eval_fn(model, loss_name, metric_set)
-  n_dev = mesh.devices.size // jax.process_count()
-  sharded, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
-  variables = jax.device_put(variables, replicated)
+  mesh = sharding.make_mesh() if mesh is None else mesh
+  eval_fn = eval_fn or make_eval_fn(model, metric_set)
+  variables = sharding.replicate(variables, mesh)
   mean_acc, unc_acc = M.MeanAccumulator(), M.UncertaintyAccumulator()
-  has_sigma = loss_name in PROBABILISTIC_LOSSES
+  has_sigma = loss_name in losses.PROBABILISTIC_LOSSES
   dist_scores: list[np.ndarray] = []
   dist_labels: list[np.ndarray] = []
   panels: list[dict[str, np.ndarray]] = []
@@ -193,18 +128,17 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
       break
     sparse, target = batch_arrays(batch, i)
     b = sparse.shape[0]
-    padded = -(-b // n_dev) * n_dev
-    arrs = [jax.make_array_from_process_local_data(sharded, _pad_rows(a, padded)) for a in (sparse, target)]
-    out, per_image = _to_host(eval_fn(variables, *arrs))
+    arrs, padded = sharding.shard_padded((sparse, target), mesh)
+    out, per_image = sharding.to_host(eval_fn(variables, *arrs))
     if jax.process_count() > 1:  # every host's rows, each padded; padded rows have no valid target
-      sparse, target = (np.asarray(_to_host(a)) for a in arrs)
+      sparse, target = (np.asarray(sharding.to_host(a)) for a in arrs)
       keep = np.ones(sparse.shape[0], bool)
     else:
       keep = np.arange(padded) < b
     depth, conf = np.asarray(out.depth)[keep], np.asarray(out.confidence)[keep]
     c0 = np.asarray(out.input_confidence)[keep]
     mean_acc.update({k: np.asarray(v)[keep] for k, v in per_image.items()})
-    prec = precision_equivalent(conf, loss_name)
+    prec = losses.precision_of(conf, loss_name)
     unc_acc.update(depth, target, conf if prec is None else prec.astype(np.float32))
     if "disturbed" in batch and jax.process_count() == 1:
       pts = sparse > 0
@@ -232,7 +166,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
          "num_pixels": ures["num_pixels"]}
   au = None
   if dist_scores:
-    au = auroc(np.concatenate(dist_scores), np.concatenate(dist_labels))
+    au = M.auroc(np.concatenate(dist_scores), np.concatenate(dist_labels))
   return EvalResult(metrics=mres, uncertainty=unc, auroc_disturbed=au,
                     sparsification=ures["sparsification_pncnn"],
                     sparsification_gustafsson=ures["sparsification_gustafsson"], panels=panels,
@@ -263,10 +197,9 @@ def kitti_pairs(root: str | pathlib.Path) -> list[tuple[pathlib.Path, pathlib.Pa
 
 def kitti_pair_batches(root: str | pathlib.Path, crop_hw: tuple[int, int] = (352, 1216)):
   """Yields batches of one image: the bottom `crop_hw` rows, centred columns (val_selection_cropped style)."""
-  from pncnn_jax.data import io, sparsify  # pylint: disable=g-import-not-at-top
   for s, g in kitti_pairs(root):
-    sparse = io.read_kitti_depth(s)
-    target = io.read_kitti_depth(g, expected_shape=sparse.shape)
+    sparse = data_io.read_kitti_depth(s)
+    target = data_io.read_kitti_depth(g, expected_shape=sparse.shape)
     top, left = sparsify.crop_offsets(*sparse.shape, *crop_hw, "bottom")
     win = np.s_[top:top + crop_hw[0], left:left + crop_hw[1]]
     name = str(s.relative_to(root))
@@ -285,11 +218,14 @@ UNITS = {"kitti": {"mae": "mm", "rmse": "mm", "mse": "mm^2", "imae": "1/km", "ir
          "nyu": {"mae": "m", "rmse": "m", "mse": "m^2", "delta1": "%", "delta2": "%", "delta3": "%"}}
 
 
-def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti") -> str:
-  """A markdown table, one row per named result (e.g. per model)."""
-  keys = [k for k in TABLE_ORDER if any(k in r for r in rows.values())]
+def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti", *,
+                 keys: Sequence[str] | None = None, header: str = "model") -> str:
+  """A markdown table, one row per named result (a model, an ensemble member or a fusion rule), in the units of
+  `metric_set`. `keys`: the columns (default: those of TABLE_ORDER that some row has)."""
+  if keys is None:
+    keys = [k for k in TABLE_ORDER if any(k in r for r in rows.values())]
   units = UNITS[metric_set]
-  head = ["model"] + [f"{k} [{units[k]}]" if k in units else k for k in keys]
+  head = [header] + [f"{k} [{units[k]}]" if k in units else k for k in keys]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for name, r in rows.items():
     cells = [name]
@@ -304,7 +240,6 @@ def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti
 def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, metric_set: str,
                   extra: Mapping[str, Any] | None = None) -> dict[str, str]:
   """Writes `<outdir>/{results.json, results.csv, results.md, sparsification.png, panels.png}`."""
-  from pncnn_jax import viz  # pylint: disable=g-import-not-at-top
   outdir = pathlib.Path(outdir)
   outdir.mkdir(parents=True, exist_ok=True)
   summ = result.summary()
@@ -343,47 +278,19 @@ def _json_default(o: Any) -> Any:
 # eval.py
 
 
-def load_checkpoint_variables(config, workdir: str | pathlib.Path | None, checkpoint: str
-                              ) -> tuple[dict[str, Any], dict[str, Any]]:
-  """Variables for `--checkpoint`: 'best' / 'latest' of `workdir`'s run, an official .pth.tar / .npz file
-  (`convert.load_official`, checked against config.variant), or a pncnn_jax checkpoint directory."""
-  from pncnn_jax import checkpointing, convert  # pylint: disable=g-import-not-at-top
-  if checkpoint in ("best", "latest"):
-    if not workdir:
-      raise ValueError(f"--checkpoint={checkpoint} needs --workdir (the training run)")
-    wd = pathlib.Path(workdir)
-    if not (wd / checkpointing.CHECKPOINT_SUBDIR).is_dir():
-      raise FileNotFoundError(f"--checkpoint={checkpoint}: {wd} holds no checkpoints/ (train there first, or "
-                              "pass --checkpoint=PATH)")
-    variables, meta = checkpointing.restore_variables(wd, step=checkpoint)
-  else:
-    path = pathlib.Path(checkpoint)
-    if not path.exists():
-      raise FileNotFoundError(f"--checkpoint={checkpoint}: no such file or directory")
-    if path.is_file():
-      variables, meta = convert.load_official(path, variant=config.variant)
-    else:
-      variables, meta = checkpointing.restore_variables(path, step="best")
-  v = meta.get("variant")
-  if v is not None and v != config.variant:
-    raise ValueError(f"--checkpoint={checkpoint} holds variant {v!r} but the config is {config.variant!r}")
-  return variables, meta
-
-
 def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *, pairs_dir: str | None = None,
                         output_dir: str | None = None, progress: bool = True) -> tuple[EvalResult, dict[str, str]]:
   """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
-  `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`)."""
-  from pncnn_jax import train  # pylint: disable=g-import-not-at-top  (config helpers only)
-  loss_name = train.variant_loss(config)
-  variables, meta = load_checkpoint_variables(config, workdir, checkpoint)
-  model = train.build_model(config)
+  `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`).
+  The checkpoint (any kind, `loader.load`) must hold `config.variant`; the model is the config's."""
+  loss_name = config_lib.variant_loss(config)
+  ckpt = loader.load(checkpoint, workdir=workdir, variant=config.variant)
+  variables, meta = ckpt.variables, ckpt.meta
+  model = config_lib.build_model(config)
   if pairs_dir:
     batches = kitti_pair_batches(pairs_dir, (config.data.eval_crop_height, config.data.eval_crop_width))
   else:
-    from pncnn_jax import data  # pylint: disable=g-import-not-at-top
-    per_host = max(1, config.eval_batch_size // jax.process_count())
-    batches = data.make_iterator(train.data_config(config, "eval", batch_size=per_host, num_epochs=1))
+    batches = config_lib.eval_iterator(config)
   result = run_evaluation(model, variables, batches, loss_name=loss_name, metric_set=config.metrics,
                           max_batches=config.num_eval_batches, num_panels=config.num_panels, progress=progress)
   tag = checkpoint if checkpoint in ("best", "latest") else pathlib.Path(checkpoint).name.split(".")[0]

@@ -1,7 +1,8 @@
 """Normalized convolution and the confidence-aware resampling of pNCNN, as pure JAX functions (NHWC).
 
 Everything here is a pure function of arrays, testable alone; `NConv2D` and `BatchNorm` are thin Flax Linen
-modules that only own parameters (and BatchNorm statistics) and call these functions.
+modules that only own parameters (and BatchNorm statistics) and call these functions. The convolutions are
+`pncnn_jax.conv.same_conv`, computed on CPU by the kernels of `pncnn_jax.cpu_kernels`.
 
 Conventions: activations are NHWC float32, kernels HWIO. Depth is in metres, confidences are non-negative
 and unitless. Section numbers refer to ../shared/REFERENCE.md (the spec of the official implementation).
@@ -19,19 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from pncnn_jax import cpu_kernels
+from pncnn_jax.conv import NCONV_PRECISION, check_rank4
+from pncnn_jax.cpu_kernels import conv2d_same  # noqa: F401  (the UNet convolution; re-exported)
+
 Array = jax.Array
-
-# The NConv convolutions always run at full float32 precision: TPUs and recent GPUs default to bf16/TF32
-# passes, and the ratio conv(x*c)/conv(c) amplifies their rounding where the denominator is small.
-NCONV_PRECISION = lax.Precision.HIGHEST
 NCONV_EPS = 1e-20  # added to the denominator (REFERENCE 1.1); representable in float32, not in float16
-_DIMS = ("NHWC", "HWIO", "NHWC")
-
-
-def _check_rank4(name: str, *arrays: Array) -> None:
-  for a in arrays:
-    if a.ndim != 4:
-      raise ValueError(f"{name}: expected NHWC arrays of rank 4, got shape {tuple(a.shape)}")
 
 
 def softplus_beta(x: Array, beta: float = 10.0, threshold: float = 20.0) -> Array:
@@ -41,145 +35,6 @@ def softplus_beta(x: Array, beta: float = 10.0, threshold: float = 20.0) -> Arra
   """
   bx = beta * x
   return jnp.where(bx > threshold, x, jax.nn.softplus(bx) / beta)
-
-
-def _lax_same_conv(a: Array, w: Array, precision) -> Array:
-  kh, kw = w.shape[:2]
-  return lax.conv_general_dilated(a, w, (1, 1), ((kh // 2, kh // 2), (kw // 2, kw // 2)),
-                                  dimension_numbers=_DIMS, precision=precision)
-
-
-def _taps_same_conv(a: Array, w: Array) -> Array:
-  """The same convolution as a fused sum of kh*kw*C_in*C_out shifted, scaled slices (float32 FMAs).
-
-  For the 1-4 channel NConv layers this is 2-20x faster than a library convolution on CPU, where those are
-  tuned for wide channels; XLA fuses the whole sum into one loop per output channel.
-  """
-  kh, kw, ci, co = w.shape
-  _, h, wd, _ = a.shape
-  ap = jnp.pad(a, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
-  outs = []
-  for o in range(co):
-    acc = None
-    for i in range(kh):
-      for j in range(kw):
-        for c in range(ci):
-          term = ap[:, i:i + h, j:j + wd, c] * w[i, j, c, o]
-          acc = term if acc is None else acc + term
-    outs.append(acc)
-  return jnp.stack(outs, axis=-1)
-
-
-@jax.custom_vjp
-def _taps_conv_fast_fwd(a: Array, w: Array) -> Array:
-  return _taps_same_conv(a, w)
-
-
-def _taps_fwd(a, w):
-  return _taps_same_conv(a, w), (a, w)
-
-
-def _taps_bwd(res, g):
-  # The backward pass of the library convolution (float32 precision) is the faster one for gradients.
-  a, w = res
-  _, vjp = jax.vjp(lambda a_, w_: _lax_same_conv(a_, w_, NCONV_PRECISION), a, w)
-  return vjp(g)
-
-
-_taps_conv_fast_fwd.defvjp(_taps_fwd, _taps_bwd)
-
-# Layers with at most this many (C_in * C_out) channel pairs use the fused-taps forward (all NConvUNet layers).
-TAPS_MAX_CHANNEL_PAIRS = 8
-
-
-def _same_conv(a: Array, w: Array, precision) -> Array:
-  """Stride-1 cross-correlation with symmetric zero padding (kh-1)/2: (B,H,W,C_in) x HWIO -> (B,H,W,C_out)."""
-  if w.shape[2] * w.shape[3] <= TAPS_MAX_CHANNEL_PAIRS and precision == NCONV_PRECISION:
-    return _taps_conv_fast_fwd(a, w)
-  return _lax_same_conv(a, w, precision)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Wide 'same' convolutions (the UNets) with a faster weight gradient on CPU.
-
-# The tap-wise weight gradient is used on CPU for layers with at least this many input channels and pixels.
-TAPS_WGRAD_MIN_CHANNELS = 16
-TAPS_WGRAD_MIN_PIXELS = 65536
-
-
-def _taps_weight_grad(x: Array, g: Array, kernel_size: tuple[int, int], precision, rows: int = 2) -> Array:
-  """dL/dW of a stride-1 'same' cross-correlation as kh*kw matrix products per tile (HWIO result).
-
-  dW[i, j] = sum_{b,h,w} x[b, h, w, :]^T g[b, h + p_h - i, w + p_w - j, :] (g zero-padded). The sum runs
-  over tiles of `rows` image rows (all images; a `fori_loop`), each contributing one (C_in x B*rows*W) @
-  (B*rows*W x C_out) product per tap, so the kh*kw shifted copies of g are tile-sized and stay in cache, and
-  a batch sharded over devices stays a sharded contraction (partial sums + all-reduce). The direct forms are
-  slower on XLA:CPU: its weight-gradient convolution transposes both operands to channel-major layouts and
-  contracts over only B; whole-image shifted copies of g cost kh*kw full-size writes (docs/BENCHMARKS.md).
-  """
-  kh, kw = kernel_size
-  ph, pw = kh // 2, kw // 2
-  _, h, w, ci = x.shape
-  co = g.shape[-1]
-  n_tiles = -(-h // rows)
-  extra = n_tiles * rows - h  # zero rows: they add nothing
-  xp = jnp.pad(x, ((0, 0), (0, extra), (0, 0), (0, 0)))
-  gp = jnp.pad(g, ((0, 0), (ph, ph + extra), (pw, pw), (0, 0)))
-  # Materialised once: otherwise XLA may fuse their producers (a concatenation, the BatchNorm backward) into
-  # the per-tile products and recompute them for every tap.
-  xp, gp = lax.optimization_barrier((xp, gp))
-
-  def tile(t, acc):
-    r0 = t * rows
-    xt = lax.dynamic_slice_in_dim(xp, r0, rows, axis=1)
-    gt = lax.dynamic_slice_in_dim(gp, r0, rows + 2 * ph, axis=1)
-    taps = []
-    for i in range(kh):
-      for j in range(kw):
-        gs = gt[:, 2 * ph - i:2 * ph - i + rows, 2 * pw - j:2 * pw - j + w]
-        # Input channels in blocks of 32: XLA:CPU's (C_in x K) @ (K x C_out) product is several times slower
-        # per FLOP for C_in = 64 than for 32 at these K.
-        taps.append(jnp.concatenate([jnp.einsum("bhwi,bhwo->io", xt[..., c:c + 32], gs, precision=precision)
-                                     for c in range(0, ci, 32)], axis=0))
-    return acc + jnp.stack(taps)
-
-  acc = lax.fori_loop(0, n_tiles, tile, jnp.zeros((kh * kw, ci, co), jnp.float32))
-  return acc.reshape(kh, kw, ci, co)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _conv_taps_wgrad(x: Array, w: Array, precision) -> Array:
-  return _lax_same_conv(x, w, precision)
-
-
-def _conv_taps_wgrad_fwd(x, w, precision):
-  return _lax_same_conv(x, w, precision), (x, w)
-
-
-def _conv_taps_wgrad_bwd(precision, res, g):
-  x, w = res
-  dx = jax.vjp(lambda a: _lax_same_conv(a, w, precision), x)[1](g)[0]
-  library_dw = lambda x_, g_: jax.vjp(lambda k: _lax_same_conv(x_, k, precision), w)[1](g_)[0]  # noqa: E731
-  taps_dw = lambda x_, g_: _taps_weight_grad(x_, g_, w.shape[:2], precision)  # noqa: E731
-  return dx, lax.platform_dependent(x, g, cpu=taps_dw, default=library_dw)
-
-
-_conv_taps_wgrad.defvjp(_conv_taps_wgrad_fwd, _conv_taps_wgrad_bwd)
-
-
-def conv2d_same(x: Array, w: Array, precision=None) -> Array:
-  """Stride-1 cross-correlation with symmetric zero padding k//2 (odd kernels): NHWC x HWIO -> NHWC.
-
-  Same values and gradients as `lax.conv_general_dilated`; on CPU, wide layers (>= 16 input channels,
-  >= 65,536 output pixels) take their weight gradient from `_taps_weight_grad`.
-  """
-  _check_rank4("conv2d_same", x)
-  kh, kw, ci, _ = w.shape
-  if kh % 2 == 0 or kw % 2 == 0 or x.shape[-1] != ci:
-    raise ValueError(f"conv2d_same: kernel {tuple(w.shape)} (HWIO, odd sizes) does not fit input {tuple(x.shape)}")
-  if ci >= TAPS_WGRAD_MIN_CHANNELS and math.prod(x.shape[:3]) >= TAPS_WGRAD_MIN_PIXELS:
-    return _conv_taps_wgrad(x, w, precision)
-  return _lax_same_conv(x, w, precision)
 
 
 @jax.custom_jvp
@@ -209,7 +64,7 @@ def nconv(
     b: Array,
     *,
     eps: float = NCONV_EPS,
-    precision=NCONV_PRECISION,
+    conv_precision=NCONV_PRECISION,
 ) -> tuple[Array, Array]:
   """Normalized convolution (Knutsson & Westin; pNCNN eq. 2, REFERENCE 1.3).
 
@@ -226,19 +81,19 @@ def nconv(
     w: (kh, kw, C_in, C_out) non-negative effective weights (already through the positivity map).
     b: (C_out,) bias.
     eps: added to the denominator.
-    precision: convolution precision; float32 (HIGHEST) by default on every backend.
+    conv_precision: convolution precision; float32 (HIGHEST) by default on every backend.
 
   Returns:
     (x_out, c_out), each (B, H, W, C_out).
   """
-  _check_rank4("nconv", x, c)
+  check_rank4("nconv", x, c)
   if x.shape != c.shape:
     raise ValueError(f"nconv: data {tuple(x.shape)} and confidence {tuple(c.shape)} shapes differ")
   if w.ndim != 4 or w.shape[2] != x.shape[-1]:
     raise ValueError(f"nconv: kernel {tuple(w.shape)} does not fit input channels {x.shape[-1]}")
   batch = x.shape[0]
   # One convolution for numerator and denominator: stack [x*c; c] along the batch.
-  both = _same_conv(jnp.concatenate([x * c, c], axis=0), w, precision)
+  both = cpu_kernels.nconv_conv(jnp.concatenate([x * c, c], axis=0), w, conv_precision)
   num, den = both[:batch], both[batch:]
   x_out = _normalized_ratio(num, den, eps) + b.reshape(1, 1, 1, -1)
   c_out = den / jnp.sum(w, axis=(0, 1, 2), keepdims=True)
@@ -278,7 +133,7 @@ def confidence_downsample(x: Array, c: Array) -> tuple[Array, Array]:
   Returns:
     (x_ds, c_ds), each (B, H//2, W//2, C).
   """
-  _check_rank4("confidence_downsample", x, c)
+  check_rank4("confidence_downsample", x, c)
   if x.shape != c.shape:
     raise ValueError(f"confidence_downsample: x {tuple(x.shape)} and c {tuple(c.shape)} differ in shape")
   qc = _quadrants_2x2(c)
@@ -306,7 +161,7 @@ def nearest_upsample(x: Array, size: Sequence[int]) -> Array:
   Returns:
     (B, H_out, W_out, C).
   """
-  _check_rank4("nearest_upsample", x)
+  check_rank4("nearest_upsample", x)
   h_out, w_out = int(size[0]), int(size[1])
   _, h, w, _ = x.shape
   if h_out == 2 * h and w_out == 2 * w:
@@ -374,7 +229,7 @@ def bilinear_upsample_x2(x: Array) -> Array:
   Returns:
     (B, 2H, 2W, C).
   """
-  _check_rank4("bilinear_upsample_x2", x)
+  check_rank4("bilinear_upsample_x2", x)
   return _align_corners_x2_axis(_align_corners_x2_axis(x, 2), 1)
 
 
@@ -383,7 +238,7 @@ def max_pool_2x2(x: Array) -> Array:
 
   The gradient goes to the first maximum of each window (row-major), as PyTorch's max_pool2d.
   """
-  _check_rank4("max_pool_2x2", x)
+  check_rank4("max_pool_2x2", x)
   q = _quadrants_2x2(x)
   return _first_max_select(q, q)[0]
 
@@ -491,7 +346,7 @@ class NConv2D(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, c: Array) -> tuple[Array, Array]:
-    _check_rank4(f"NConv2D({self.name})", x, c)
+    check_rank4(f"NConv2D({self.name})", x, c)
     if self.kernel_init not in NCONV_INITS:
       raise ValueError(f"NConv2D: unknown kernel_init {self.kernel_init!r}; expected one of {sorted(NCONV_INITS)}")
     shape = (self.kernel_size, self.kernel_size, x.shape[-1], self.features)

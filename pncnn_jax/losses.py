@@ -6,8 +6,7 @@ truth (the valid set V is target > 0, pooled over the whole batch), and returns 
 Normalisation, exactly as the official `common/losses.py` computes it:
 
 * `masked_l1`, `masked_l2` divide by **all** B*H*W pixels (invalid pixels contribute 0), REFERENCE
-  section 5 and 11.9. `valid_mean_l1`, `valid_mean_l2` are the same sums divided by |V| instead
-  (not in the reference; offered because they do not depend on the ground-truth density).
+  section 5 and 11.9.
 * `gaussian_nll`, `gaussian_nll_exp`, `laplace_nll` divide by |V|.
 
 An empty valid set gives a loss of exactly 0 (not NaN) and zero gradients. Values at invalid
@@ -15,15 +14,22 @@ pixels never reach the result or its gradient, even when they are inf or NaN (th
 multiplies by the mask instead, so there `0 * inf` would give NaN).
 
 `LOSSES` maps the names used in configs to functions `(ModelOutput, target) -> scalar`;
-`get_loss(name)` looks one up.
+`get_loss(name)` looks one up. Each loss also declares, once, what the model's output confidence c means
+for it: `PRECISION_RULES[name]` gives the precision 1/sigma^2 [1/m^2] of the distribution it fits,
+  gaussian_nll       1/sigma^2 = c           c is the precision (REFERENCE.md 5)
+  gaussian_nll_exp   1/sigma^2 = exp(c)      the data term's precision
+  laplace_nll        1/sigma^2 = c^2 / 2     c = 1/b, Laplace std sqrt(2) b
+  masked_l1 / l2     None: the confidence is the propagated NConv confidence, not calibrated
+(`precision_of`; sigma = 1/sqrt(precision)). Each rule is monotone increasing in c.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 if TYPE_CHECKING:  # models.py is only needed for the annotation.
   from pncnn_jax.models import ModelOutput
@@ -84,40 +90,6 @@ def masked_l2(pred: jax.Array, target: jax.Array) -> jax.Array:
   """
   _check("masked_l2", pred=pred, target=target)
   return jnp.mean(jnp.square(_abs_err(pred, target, _valid(target))))
-
-
-def valid_mean_l1(pred: jax.Array, target: jax.Array) -> jax.Array:
-  """Mean of |t - mu| over the valid pixels V (target > 0) of the batch; 0 if V is empty.
-
-  Not the official normalisation (see `masked_l1`): this one divides by |V|, not by B*H*W.
-
-  Args:
-    pred: (B, H, W, 1) predicted depth [m].
-    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
-
-  Returns:
-    () float32 [m].
-  """
-  _check("valid_mean_l1", pred=pred, target=target)
-  valid = _valid(target)
-  return _valid_mean(_abs_err(pred, target, valid), valid)
-
-
-def valid_mean_l2(pred: jax.Array, target: jax.Array) -> jax.Array:
-  """Mean of (t - mu)^2 over the valid pixels V (target > 0) of the batch; 0 if V is empty.
-
-  Not the official normalisation (see `masked_l2`): this one divides by |V|, not by B*H*W.
-
-  Args:
-    pred: (B, H, W, 1) predicted depth [m].
-    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
-
-  Returns:
-    () float32 [m^2].
-  """
-  _check("valid_mean_l2", pred=pred, target=target)
-  valid = _valid(target)
-  return _valid_mean(jnp.square(_abs_err(pred, target, valid)), valid)
 
 
 def _prob_terms(name, pred, precision, target):
@@ -222,6 +194,42 @@ LOSSES: dict[str, Callable[[ModelOutput, jax.Array], jax.Array]] = {
     "gaussian_nll_exp": _gaussian_nll_exp,  # official pncnn_exp (MaskedProbExpLoss)
     "laplace_nll": _laplace_nll,  # Laplace ablation, uses out.confidence as 1/b
 }
+
+
+# --- what each loss says the confidence is: name -> (c, array module) -> precision 1/sigma^2 [1/m^2] --------
+
+
+def _exp_precision(c, xp):
+  if xp is np:
+    with np.errstate(over="ignore"):
+      return np.exp(c)
+  return xp.exp(c)
+
+
+PRECISION_RULES: dict[str, Callable[[Any, Any], Any] | None] = {
+    "masked_l1": None,  # no calibrated sigma
+    "masked_l2": None,
+    "gaussian_nll": lambda c, xp: c,
+    "gaussian_nll_exp": _exp_precision,
+    "laplace_nll": lambda c, xp: 0.5 * c * c,
+}
+PROBABILISTIC_LOSSES = tuple(k for k, rule in PRECISION_RULES.items() if rule is not None)
+
+
+def precision_of(confidence, loss_name: str):
+  """The precision 1/sigma^2 [1/m^2] of a model trained with `loss_name`, or None without a calibrated sigma.
+
+  numpy input is computed in float64 (for the uncertainty metrics); jax input in its own dtype (the ensemble's
+  fusion). A monotone increasing function of the confidence, so it ranks pixels exactly as the confidence does.
+  """
+  if loss_name not in PRECISION_RULES:
+    raise ValueError(f"unknown loss {loss_name!r}; valid names: {', '.join(sorted(PRECISION_RULES))}")
+  rule = PRECISION_RULES[loss_name]
+  if rule is None:
+    return None
+  if isinstance(confidence, jax.Array):
+    return rule(confidence, jnp)
+  return rule(np.asarray(confidence, np.float64), np)
 
 
 def get_loss(name: str) -> Callable[[ModelOutput, jax.Array], jax.Array]:

@@ -19,10 +19,10 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
-from pncnn_jax import layers
+from pncnn_jax import cpu_kernels, layers
+from pncnn_jax.conv import check_rank4
 
 Array = jax.Array
 
@@ -87,7 +87,7 @@ class NConvUNet(nn.Module):
 
   @nn.compact
   def __call__(self, x0: Array, c0: Array) -> tuple[Array, Array]:
-    layers._check_rank4("NConvUNet", x0, c0)
+    check_rank4("NConvUNet", x0, c0)
     if self.weight_init not in ("published", "repo"):
       raise ValueError(f"NConvUNet: unknown weight_init {self.weight_init!r}; expected 'published' or 'repo'")
     hidden = x0.shape[-1] * self.num_channels
@@ -140,23 +140,21 @@ class Conv(nn.Module):
   """'Same' 2D convolution with bias, PyTorch's default init: W, b ~ U(+-1/sqrt(fan_in)) (REFERENCE 3.4).
 
   Parameters `kernel` (HWIO) and `bias` exactly as nn.Conv's; the numerics are `layers.conv2d_same`. Called
-  with several inputs, it convolves their channel concatenation without building it: the sum of one
-  convolution per input with its slice of the kernel (the UNet skip joins in eval mode; the concatenation, a
-  full-size copy written at memory speed, was ~7 % of the CPU forward).
+  with several inputs, it convolves their channel concatenation (the UNet skip joins); how (one convolution
+  per input, or one of the concatenation) is `cpu_kernels.conv2d_same_inputs`'s choice, by `train`.
   """
 
   features: int
   kernel_size: int
-  precision: Any = None
+  conv_precision: Any = None
 
   @nn.compact
-  def __call__(self, *xs: Array) -> Array:
+  def __call__(self, *xs: Array, train: bool = False) -> Array:
     k, ci = self.kernel_size, sum(x.shape[-1] for x in xs)
     kernel = self.param("kernel", nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform"),
                         (k, k, ci, self.features), jnp.float32)
     bias = self.param("bias", _torch_bias_init(k * k * ci), (self.features,), jnp.float32)
-    offsets = np.cumsum([0] + [x.shape[-1] for x in xs])
-    out = sum(layers.conv2d_same(x, kernel[:, :, a:b], self.precision) for x, a, b in zip(xs, offsets, offsets[1:]))
+    out = cpu_kernels.conv2d_same_inputs(xs, kernel, self.conv_precision, train=train)
     return out + bias.reshape(1, 1, 1, -1)
 
 
@@ -164,14 +162,15 @@ class DoubleConv(nn.Module):
   """(Conv3x3 -> BatchNorm -> ReLU) x 2 (REFERENCE 3.1)."""
 
   features: int
-  precision: Any = None
+  conv_precision: Any = None
 
   @nn.compact
   def __call__(self, x: Array | tuple[Array, ...], train: bool) -> Array:
     """x: (B, H, W, C) or a tuple of such arrays, read as their concatenation on the channel axis."""
-    x = Conv(self.features, 3, self.precision, name="conv0")(*(x if isinstance(x, tuple) else (x,)))
+    x = Conv(self.features, 3, self.conv_precision, name="conv0")(*(x if isinstance(x, tuple) else (x,)),
+                                                                  train=train)
     x = jax.nn.relu(layers.BatchNorm(name="bn0")(x, train))
-    x = Conv(self.features, 3, self.precision, name="conv1")(x)
+    x = Conv(self.features, 3, self.conv_precision, name="conv1")(x, train=train)
     return jax.nn.relu(layers.BatchNorm(name="bn1")(x, train))
 
 
@@ -193,21 +192,21 @@ class UNet(nn.Module):
     features: widths of (inc, down1, down2, down3); the decoder mirrors them.
     out_features: output channels.
     activation: 'sigmoid' (NCNN-Conf c0), 'softplus' (pNCNN c0 and precision), or 'none'.
-    precision: convolution precision (None = backend default).
+    conv_precision: convolution precision (None = backend default).
   """
 
   features: tuple[int, int, int, int] = (32, 32, 64, 64)
   out_features: int = 1
   activation: str = "sigmoid"
-  precision: Any = None
+  conv_precision: Any = None
 
   @nn.compact
   def __call__(self, x: Array, train: bool = False) -> Array:
-    layers._check_rank4("UNet", x)
+    check_rank4("UNet", x)
     if self.activation not in UNET_ACTIVATIONS:
       raise ValueError(f"UNet: unknown activation {self.activation!r}; expected one of {sorted(UNET_ACTIVATIONS)}")
     f1, f2, f3, f4 = self.features
-    p = self.precision
+    p = self.conv_precision
 
     def block(name, feats, inp):
       out = DoubleConv(feats, p, name=name)(inp, train)
@@ -216,10 +215,7 @@ class UNet(nn.Module):
 
     def up(name, feats, low, skip):
       low = layers.pad_to(layers.bilinear_upsample_x2(low), skip.shape[1:3])
-      # cat([skip, low]) on the channels. In eval mode as two convolutions summed (no full-size concatenation:
-      # ~7 % of the CPU forward); in training concatenated, because the CPU tap-wise weight gradient then shares
-      # its shifted gradient tiles across both inputs (two loops cost ~10 % more per step).
-      return block(name, feats, (skip, low) if not train else jnp.concatenate([skip, low], axis=-1))
+      return block(name, feats, (skip, low))  # cat([skip, low]) on the channels (Conv of several inputs)
 
     x1 = block("inc", f1, x)
     x2 = block("down1", f2, layers.max_pool_2x2(x1))
@@ -228,7 +224,7 @@ class UNet(nn.Module):
     y = up("up2", f3, x4, x3)
     y = up("up3", f2, y, x2)
     y = up("up4", f1, y, x1)
-    y = Conv(self.out_features, 1, p, name="outc")(y)
+    y = Conv(self.out_features, 1, p, name="outc")(y, train=train)
     self.sow("intermediates", "outc_out", y)
     return UNET_ACTIVATIONS[self.activation](y)
 
@@ -258,7 +254,7 @@ class PNCNN(nn.Module):
     var_estimator: one of VAR_ESTIMATORS.
     nconv_init: 'published' or 'repo' (see NConvUNet).
     unet_features: widths of the compact UNets.
-    precision: precision of the UNet convolutions, a `jax.lax.Precision` or its name (the NConv ones always
+    conv_precision: precision of the UNet convolutions, a `jax.lax.Precision` or its name (the NConv ones always
       run at float32 precision). 'highest' (the default) is float32 on every backend, so GPUs and TPUs give the
       official numbers; 'default' lets them use TF32/bf16 passes: about 2.5x faster on an H200, but the
       confidence UNet then moves single predictions by up to ~0.3 m (docs/BENCHMARKS.md). CPUs are float32
@@ -269,7 +265,7 @@ class PNCNN(nn.Module):
   var_estimator: str = "cout"
   nconv_init: str = "published"
   unet_features: tuple[int, int, int, int] = (32, 32, 64, 64)
-  precision: Any = "highest"
+  conv_precision: Any = "highest"
 
   @nn.compact
   def __call__(self, sparse: Array, train: bool = False) -> ModelOutput:
@@ -283,13 +279,13 @@ class PNCNN(nn.Module):
     if self.conf_estimator == "none":
       c0 = (x0 > 0).astype(jnp.float32)
     else:
-      c0 = UNet(self.unet_features, 1, self.conf_estimator, self.precision, name="conf_estimator")(x0, train)
+      c0 = UNet(self.unet_features, 1, self.conf_estimator, self.conv_precision, name="conf_estimator")(x0, train)
     xout, cout = NConvUNet(weight_init=self.nconv_init, name="nconv")(x0, c0)
     if self.var_estimator == "none":
       conf = cout
     else:
       var_in = cout if self.var_estimator == "cout" else jnp.concatenate([cout, xout], axis=-1)
-      conf = UNet(self.unet_features, 1, "softplus", self.precision, name="var_estimator")(var_in, train)
+      conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, name="var_estimator")(var_in, train)
     return ModelOutput(depth=xout, confidence=conf, input_confidence=c0, nconv_confidence=cout)
 
 

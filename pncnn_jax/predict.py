@@ -30,29 +30,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import evaluate, models
+from pncnn_jax import evaluate, loader, models, viz
+from pncnn_jax.data import io
 
 MULTIPLE = 8  # three 2x2 poolings
 
 
 def load_model(checkpoint: str | pathlib.Path, variant: str | None = None) -> tuple[models.PNCNN, dict[str, Any], str]:
-  """(model, variables, loss name) from a pncnn_jax checkpoint or an official .pth.tar / .npz."""
-  from pncnn_jax import checkpointing, convert  # pylint: disable=g-import-not-at-top
-  path = pathlib.Path(checkpoint)
-  if not path.exists():
-    raise FileNotFoundError(f"--checkpoint {path}: no such file or directory")
-  if path.is_file():
-    variables, meta = convert.load_official(path, variant=variant)
-  else:
-    variables, meta = checkpointing.restore_variables(path, step="best")
-  v = variant or meta.get("variant")
-  if v is None:
-    raise ValueError(f"--checkpoint {path}: its metadata names no variant; pass --variant")
-  if variant and meta.get("variant") not in (None, variant):
-    raise ValueError(f"--checkpoint {path} holds variant {meta.get('variant')!r}, not --variant {variant!r}")
-  model = models.build_model(v)
-  loss = meta.get("loss") or models.VARIANTS[v].loss
-  return model, variables, loss
+  """(model, variables, loss name) of any checkpoint (`loader.load`), the model built with the settings stored
+  with it (e.g. its conv_precision)."""
+  ckpt = loader.load(checkpoint, variant=variant)
+  return ckpt.build_model(), ckpt.variables, ckpt.loss
 
 
 def pad_to_multiple(depth_hw: np.ndarray, multiple: int = MULTIPLE) -> np.ndarray:
@@ -97,8 +85,6 @@ def input_files(path: pathlib.Path) -> list[tuple[pathlib.Path, pathlib.Path]]:
 def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: str | None = None,
                   multiple: int = MULTIPLE) -> list[str]:
   """Predicts every input file; returns the messages of the files that failed (empty: all succeeded)."""
-  from pncnn_jax.data import io  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import viz  # pylint: disable=g-import-not-at-top
   model, variables, loss = load_model(checkpoint, variant)
   fn = make_predict_fn(model)
   out_root = pathlib.Path(output_dir)

@@ -12,6 +12,7 @@ Batches are dicts of NHWC arrays: `sparse` (B, H, W, 1) input depth in metres (0
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -55,6 +56,20 @@ def variables_of(state: TrainState) -> dict[str, Any]:
   if state.batch_stats:
     return {"params": state.params, "batch_stats": state.batch_stats}
   return {"params": state.params}
+
+
+def state_to_tree(state: TrainState) -> dict[str, Any]:
+  """What a checkpoint stores: a plain dict (step, params, opt_state, batch_stats if any)."""
+  tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+  if state.batch_stats:
+    tree["batch_stats"] = state.batch_stats
+  return tree
+
+
+def tree_to_state(state: TrainState, tree: Mapping[str, Any]) -> TrainState:
+  """`state` with the arrays of a checkpoint tree (`state_to_tree`)."""
+  return state.replace(step=tree["step"], params=tree["params"], opt_state=tree["opt_state"],
+                       batch_stats=tree.get("batch_stats", state.batch_stats))
 
 
 def loss_and_grads(

@@ -179,7 +179,7 @@ def test_restore_variables_from_training_run(tmp_path):
     variables, meta = checkpointing.restore_variables(path, step=step)
     assert set(variables) == {"params", "batch_stats"}
     assert float(variables["params"]["w"][0, 0]) == expected and meta == {"epoch": expected // 10 - 1}
-  assert checkpointing.Checkpointer.restore_variables(workdir, step=20)[1] == {"epoch": 1}
+  assert checkpointing.restore_variables(workdir, step=20)[1] == {"epoch": 1}
 
 
 def test_restore_variables_errors(tmp_path):

@@ -3,29 +3,30 @@
 import pytest
 
 from conftest import REPO
-from pncnn_jax import models, train
+from pncnn_jax import config as config_lib
+from pncnn_jax import models
 
 KITTI_VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est",
                   "depth_pred", "laplace")
 
 
 def cfg(name, variant):
-  return train.load_config(f"{REPO}/configs/{name}.py:{variant}")
+  return config_lib.load_config(f"{REPO}/configs/{name}.py:{variant}")
 
 
 @pytest.mark.parametrize("variant", KITTI_VARIANTS)
 def test_kitti_variants_follow_the_published_recipe(variant):
   c = cfg("kitti", variant)
-  assert c.variant == variant and train.variant_loss(c) == models.VARIANTS[variant].loss
+  assert c.variant == variant and config_lib.variant_loss(c) == models.VARIANTS[variant].loss
   # REFERENCE.md 8.1: Adam lr 0.01, x0.1 every 5 epochs, batch 4, 10 epochs, centre crop 352x1216, selval.
   assert (c.learning_rate, c.lr_decay_epochs, c.lr_decay_factor, c.batch_size, c.num_epochs) == (0.01, 5, 0.1, 4, 10)
   assert (c.data.train_crop, c.data.train_crop_height, c.data.train_crop_width) == ("center", 352, 1216)
-  assert (c.data.dataset, c.data.eval_split, c.metrics, c.nconv_init) == ("kitti_depth", "selval", "kitti",
-                                                                         "published")
+  assert (c.data.dataset, c.data.eval_split, c.metrics, c.model.nconv_init) == ("kitti_depth", "selval", "kitti",
+                                                                               "published")
 
 
 def test_published_losses():
-  assert [train.variant_loss(cfg("kitti", v)) for v in ("ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp")] == [
+  assert [config_lib.variant_loss(cfg("kitti", v)) for v in ("ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp")] == [
       "masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_exp"]
 
 
@@ -41,7 +42,7 @@ def test_synthetic_is_cpu_sized():
     c = cfg("synthetic", v)
     assert c.data.dataset == "synthetic"
     assert c.data.train_crop_height * c.data.train_crop_width <= 128 * 384
-    assert train.steps_per_epoch(c) * c.num_epochs <= 2000
+    assert config_lib.steps_per_epoch(c) * c.num_epochs <= 2000
 
 
 @pytest.mark.parametrize("name", ["kitti", "nyu", "synthetic"])
@@ -56,4 +57,4 @@ def test_locked_config_rejects_typos():
   with pytest.raises(AttributeError, match="learning_rat"):
     c.learning_rat = 0.1  # pylint: disable=attribute-defined-outside-init
   with pytest.raises(FileNotFoundError, match="nope.py"):
-    train.load_config(f"{REPO}/configs/nope.py:pncnn")
+    config_lib.load_config(f"{REPO}/configs/nope.py:pncnn")

@@ -1,6 +1,7 @@
 """Tests of pncnn_jax.ensemble: fusion rules, MLE mode finding, vmapped members, ensemble training and resume."""
 
 import functools
+import json
 import pathlib
 
 import jax
@@ -9,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from pncnn_jax import checkpointing, ensemble, models
+from pncnn_jax import checkpointing, ensemble, models, train
+from pncnn_jax import config as config_lib
 from pncnn_jax import train_step as ts
 
 
@@ -234,8 +236,7 @@ def test_ensemble_step_equals_separate_train_steps(method):
 
 
 def _tiny_config():
-  from pncnn_jax import train  # pylint: disable=g-import-not-at-top
-  c = train.load_config(f"{pathlib.Path(__file__).resolve().parents[1] / 'configs' / 'ensemble_synthetic.py'}:{SMALL_VARIANT}")
+  c = config_lib.load_config(f"{pathlib.Path(__file__).resolve().parents[1] / 'configs' / 'ensemble_synthetic.py'}:{SMALL_VARIANT}")
   c.ensemble.num_members = 2
   c.ensemble.rules = ("mean", "weighted_mean", "max_confidence", "mle")
   c.ensemble.mle_steps = 20
@@ -251,12 +252,12 @@ def _tiny_config():
 @pytest.mark.slow  # end-to-end: train, stop, resume, evaluate (~30 s on an idle 2-core machine)
 def test_train_ensemble_resumes_exactly(tmp_path):
   config = _tiny_config()
-  rows = ensemble.train_ensemble(config, tmp_path / "a")  # 4 steps in one go, then evaluation
+  rows = train.train_and_evaluate(config, tmp_path / "a")["rows"]  # 4 steps in one go, then evaluation
   assert list(rows) == ["member 0", "member 1", "mean", "weighted_mean", "max_confidence", "mle"]
   assert all(np.isfinite(r["rmse"]) and 0 <= r["ause_pncnn"] <= 1 for r in rows.values())
   assert rows["mean"]["num_images"] == 2
-  assert ensemble.train_ensemble(config, tmp_path / "b", stop_after_steps=2) == {}  # "killed" after step 2
-  rows_b = ensemble.train_ensemble(config, tmp_path / "b")  # resumes at step 2
+  assert train.train_and_evaluate(config, tmp_path / "b", stop_after_steps=2) == {}  # "killed" after step 2
+  rows_b = train.train_and_evaluate(config, tmp_path / "b")["rows"]  # resumes at step 2
   with checkpointing.Checkpointer(tmp_path / "a", async_save=False) as ca, \
        checkpointing.Checkpointer(tmp_path / "b", async_save=False) as cb:
     assert ca.all_steps() == cb.all_steps() == [2, 4]
@@ -270,3 +271,31 @@ def test_train_ensemble_resumes_exactly(tmp_path):
   p = variables["params"]["nconv"]
   leaf = jax.tree.leaves(p)[0]
   assert not np.allclose(leaf[0], leaf[1])
+
+
+@pytest.mark.slow  # end-to-end: two epochs of the tiny ensemble (~30 s on an idle 2-core machine)
+def test_train_ensemble_keeps_the_best_checkpoint(tmp_path):
+  """Every validation ranks its checkpoint by the RMSE of `ensemble.select_rule`; the best one is kept beyond
+  max_to_keep, as for a single model."""
+  config = _tiny_config()
+  config.num_epochs, config.lr_decay_epochs, config.max_to_keep = 2, 2, 1  # validations at steps 4 and 8
+  config.checkpoint_every_steps = -1
+  config.ensemble.rules, config.ensemble.select_rule = ("mean", "max_confidence"), "max_confidence"
+  summary = train.train_and_evaluate(config, tmp_path)
+  val = {r["step"]: r["rmse"] for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+         if r["split"] == "val"}
+  assert sorted(val) == [4, 8] and summary["val"]["rmse"] == val[8] == summary["rows"]["max_confidence"]["rmse"]
+  with checkpointing.Checkpointer(tmp_path, async_save=False) as c:
+    best, steps = c.best_step(), c.all_steps()
+    assert best == min(val, key=val.get) and c.metrics(best)["rmse"] == val[best]
+  assert steps == sorted({best, 8})  # the latest (max_to_keep=1) and the best
+  assert (tmp_path / "ensemble_eval.md").read_text().startswith("| member / fusion |")
+
+
+def test_train_ensemble_refuses_a_workdir_of_another_variant(tmp_path):
+  config = _tiny_config()
+  train.train_and_evaluate(config, tmp_path, stop_after_steps=1)
+  other = config_lib.load_config(f"{pathlib.Path(__file__).resolve().parents[1] / 'configs' / 'ensemble_synthetic.py'}"
+                                 ":ncnn")
+  with pytest.raises(ValueError, match=f"holds a run of variant '{SMALL_VARIANT}', but config.variant is 'ncnn'"):
+    train.train_and_evaluate(other, tmp_path)

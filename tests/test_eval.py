@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import DATA, GOLDEN, REFERENCE, REPO, load_npz, nchw_to_nhwc
-from pncnn_jax import convert, data, evaluate, metrics, models, train
+from pncnn_jax import config as config_lib
+from pncnn_jax import convert, data, evaluate, loader, metrics, models
 
 REAL = GOLDEN / "real"
 CKPT_L1 = REFERENCE / "checkpoints" / "kitti_ncnn_conf_l1_checkpoint-9.pth.tar"
@@ -36,7 +37,7 @@ def test_official_ncnn_conf_l1_reproduces_the_real_frame_goldens(official_l1):
   """eval of the official checkpoint on the two real KITTI frames = the reference's metrics and AUSE."""
   model, variables = official_l1
   batches = list(evaluate.kitti_pair_batches(KITTI_MINI))
-  eval_fn = evaluate.make_eval_fn(model, "masked_l1", "kitti")
+  eval_fn = evaluate.make_eval_fn(model, "kitti")
   for batch, cam in zip(batches, ("image_02", "image_03")):
     g = load_npz(REAL / f"torch_kitti_{cam}__kitti_ncnn_conf_l1.npz")
     # The bottom crop, centred horizontally, is exactly the reference's input and target (REFERENCE real 1).
@@ -60,7 +61,7 @@ def test_official_ncnn_conf_l1_reproduces_the_real_frame_goldens(official_l1):
 def test_eval_cli_reports_on_pairs_dir(official_l1, tmp_path):
   """eval.py's library path on the real frames: both images pooled, reports written, official file accepted."""
   del official_l1
-  cfg = train.load_config(f"{REPO}/configs/kitti.py:ncnn_conf_l1")
+  cfg = config_lib.load_config(f"{REPO}/configs/kitti.py:ncnn_conf_l1")
   cfg.num_panels = 2
   res, paths = evaluate.evaluate_checkpoint(cfg, None, str(CKPT_L1), pairs_dir=str(KITTI_MINI),
                                             output_dir=str(tmp_path), progress=False)
@@ -78,13 +79,13 @@ def test_eval_cli_reports_on_pairs_dir(official_l1, tmp_path):
 
 def test_checkpoint_of_another_variant_is_a_clear_error(shared_dir):
   del shared_dir
-  cfg = train.load_config(f"{REPO}/configs/kitti.py:pncnn")
+  cfg = config_lib.load_config(f"{REPO}/configs/kitti.py:pncnn")
   with pytest.raises(ValueError, match="pncnn"):
-    evaluate.load_checkpoint_variables(cfg, None, str(CKPT_L1))
+    loader.load(str(CKPT_L1), variant=cfg.variant)
   with pytest.raises(FileNotFoundError, match="no such file"):
-    evaluate.load_checkpoint_variables(cfg, None, "/nonexistent/ckpt.pth.tar")
+    loader.load("/nonexistent/ckpt.pth.tar", variant=cfg.variant)
   with pytest.raises(ValueError, match="needs --workdir"):
-    evaluate.load_checkpoint_variables(cfg, None, "best")
+    loader.load("best", variant=cfg.variant)
 
 
 # ------------------------------------------------------------------------------------------------ AUROC, sigma
@@ -96,11 +97,11 @@ def test_auroc_equals_pair_counting():
   labels = rng.random(60) < 0.3
   pos, neg = scores[labels], scores[~labels]
   brute = np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg)])
-  assert evaluate.auroc(scores, labels) == pytest.approx(brute, abs=1e-12)
-  assert evaluate.auroc([3, 4, 1, 2], [1, 1, 0, 0]) == 1.0
-  assert evaluate.auroc([1, 2, 3, 4], [1, 1, 0, 0]) == 0.0
-  assert evaluate.auroc([5, 5, 5, 5], [1, 0, 1, 0]) == 0.5
-  assert np.isnan(evaluate.auroc([1, 2], [1, 1]))
+  assert metrics.auroc(scores, labels) == pytest.approx(brute, abs=1e-12)
+  assert metrics.auroc([3, 4, 1, 2], [1, 1, 0, 0]) == 1.0
+  assert metrics.auroc([1, 2, 3, 4], [1, 1, 0, 0]) == 0.0
+  assert metrics.auroc([5, 5, 5, 5], [1, 0, 1, 0]) == 0.5
+  assert np.isnan(metrics.auroc([1, 2], [1, 1]))
 
 
 def test_sigma_conventions():
@@ -132,5 +133,5 @@ def test_uneven_batches_on_two_devices_give_per_image_means():
   cal = metrics.auce(np.asarray(out.depth), metrics.sigma_from_precision(np.asarray(out.confidence)), batch["target"])
   assert res.uncertainty["auce"] == pytest.approx(cal.auce, abs=1e-6)
   pts = batch["sparse"] > 0
-  expected = evaluate.auroc(-np.asarray(out.input_confidence)[pts], batch["disturbed"][pts])
+  expected = metrics.auroc(-np.asarray(out.input_confidence)[pts], batch["disturbed"][pts])
   assert res.auroc_disturbed == pytest.approx(expected)

@@ -195,47 +195,6 @@ def test_bilinear_align_corners(n):
   np.testing.assert_allclose(got[:, [0, -1]][:, :, [0, -1]], x[:, [0, -1]][:, :, [0, -1]], atol=1e-6)
 
 
-@pytest.mark.parametrize("k", [1, 3, 5])
-def test_taps_weight_grad_equals_the_library_one(k):
-  x, g = _rand(0, (2, 9, 13, 5), -1, 1), _rand(1, (2, 9, 13, 3), -1, 1)
-  w = jnp.zeros((k, k, 5, 3))
-  want = jax.vjp(lambda w_: layers._lax_same_conv(x, w_, jax.lax.Precision.HIGHEST), w)[1](g)[0]
-  got = layers._taps_weight_grad(x, g, (k, k), jax.lax.Precision.HIGHEST)
-  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
-
-def test_conv2d_same_values_and_gradients_on_the_taps_path():
-  """A layer wide enough for the CPU tap-wise weight gradient: same outputs and gradients as lax."""
-  x = _rand(0, (1, 128, 512, layers.TAPS_WGRAD_MIN_CHANNELS), -1, 1)
-  w = _rand(1, (3, 3, layers.TAPS_WGRAD_MIN_CHANNELS, 4), -0.1, 0.1)
-  g = _rand(2, (1, 128, 512, 4), -1, 1)
-  hi = jax.lax.Precision.HIGHEST
-  y, vjp = jax.vjp(lambda a, k: layers.conv2d_same(a, k, hi), x, w)
-  y_ref, vjp_ref = jax.vjp(lambda a, k: layers._lax_same_conv(a, k, hi), x, w)
-  np.testing.assert_array_equal(y, y_ref)
-  for got, want in zip(vjp(g), vjp_ref(g)):
-    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * float(jnp.max(jnp.abs(want))))
-  with pytest.raises(ValueError, match=r"kernel \(2, 2, 16, 4\)"):
-    layers.conv2d_same(x, jnp.zeros((2, 2, 16, 4)))
-
-
-def test_conv_of_several_inputs_is_the_conv_of_their_concatenation():
-  """models.Conv(a, b) (the UNet skip joins in eval mode): same parameters, outputs and gradients as on cat."""
-  a, b = _rand(0, (2, 9, 13, 3), -1, 1), _rand(1, (2, 9, 13, 5), -1, 1)
-  conv = models.Conv(4, 3, jax.lax.Precision.HIGHEST)
-  v_cat = conv.init(jax.random.key(0), jnp.concatenate([a, b], -1))
-  v_two = conv.init(jax.random.key(0), a, b)
-  assert jax.tree.all(jax.tree.map(lambda p, q: bool(jnp.array_equal(p, q)), v_cat, v_two))
-  f_cat = lambda v, a_, b_: conv.apply(v, jnp.concatenate([a_, b_], -1))  # noqa: E731
-  f_two = lambda v, a_, b_: conv.apply(v, a_, b_)  # noqa: E731
-  y, vjp = jax.vjp(f_two, v_two, a, b)
-  y_ref, vjp_ref = jax.vjp(f_cat, v_cat, a, b)
-  np.testing.assert_allclose(y, y_ref, rtol=0, atol=1e-5)
-  g = _rand(2, y.shape, -1, 1)
-  for got, want in zip(jax.tree.leaves(vjp(g)), jax.tree.leaves(vjp_ref(g))):
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * float(jnp.max(jnp.abs(want))))
-
-
 def test_rank_checks_name_the_shape():
   with pytest.raises(ValueError, match=r"\(4, 4\)"):
     layers.confidence_downsample(jnp.zeros((4, 4)), jnp.zeros((4, 4)))

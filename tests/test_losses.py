@@ -88,11 +88,9 @@ def _small_case():
 
 def test_l1_l2_normalisation_by_hand():
   pred, target = _small_case()
-  # Official: divide by all 4 pixels; valid_mean: by the 3 valid ones.
+  # Official: divide by all 4 pixels, not by the 3 valid ones.
   np.testing.assert_allclose(losses.masked_l1(pred, target), (1 + 2 + 0) / 4, rtol=1e-7)
   np.testing.assert_allclose(losses.masked_l2(pred, target), (1 + 4 + 0) / 4, rtol=1e-7)
-  np.testing.assert_allclose(losses.valid_mean_l1(pred, target), (1 + 2 + 0) / 3, rtol=1e-7)
-  np.testing.assert_allclose(losses.valid_mean_l2(pred, target), (1 + 4 + 0) / 3, rtol=1e-7)
 
 
 def test_gaussian_nll_is_twice_the_nll_minus_log_2pi():
@@ -146,8 +144,7 @@ def test_gaussian_nll_exp_per_pixel_optimum():
   np.testing.assert_allclose(g, 0.0, atol=1e-5)
 
 
-ALL_FNS = ["masked_l1", "masked_l2", "valid_mean_l1", "valid_mean_l2", "gaussian_nll",
-           "gaussian_nll_exp", "laplace_nll"]
+ALL_FNS = ["masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_exp", "laplace_nll"]
 
 
 def _call(name, pred, c, target):
@@ -200,3 +197,22 @@ def test_bad_shapes_are_named():
     losses.masked_l1(x, jnp.ones((2, 8, 8)))
   with pytest.raises(ValueError, match="gaussian_nll: all inputs must have the same shape"):
     losses.gaussian_nll(x, jnp.ones((2, 8, 4, 1)), x)
+
+
+def test_each_loss_declares_its_precision_rule():
+  """1/sigma^2 of the distribution each loss fits: c (Gaussian), exp(c) (the Exp data term), c^2/2 (Laplace with
+  b = 1/c: variance 2 b^2); none for L1/L2. numpy in float64, jax in its own dtype."""
+  assert set(losses.PRECISION_RULES) == set(losses.LOSSES)
+  assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_exp", "laplace_nll")
+  c = np.array([0.5, 2.0, 30.0], np.float32)
+  for name, want in (("gaussian_nll", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
+                     ("laplace_nll", c.astype(np.float64) ** 2 / 2)):
+    got = losses.precision_of(c, name)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    got_jax = losses.precision_of(jnp.asarray(c), name)
+    assert isinstance(got_jax, jax.Array) and got_jax.dtype == jnp.float32
+    np.testing.assert_allclose(got_jax, want, rtol=1e-6)
+  assert losses.precision_of(c, "masked_l1") is None and losses.precision_of(c, "masked_l2") is None
+  with pytest.raises(ValueError, match="unknown loss 'l3'"):
+    losses.precision_of(c, "l3")

@@ -10,12 +10,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from conftest import REPO
-from pncnn_jax import checkpointing, data, train
+from pncnn_jax import checkpointing, data, sharding, train
+from pncnn_jax import config as config_lib
 from pncnn_jax import train_step as ts
 
 
 def tiny_config(variant="ncnn_conf_l1", **overrides):
-  c = train.load_config(f"{REPO}/configs/synthetic.py:{variant}")
+  c = config_lib.load_config(f"{REPO}/configs/synthetic.py:{variant}")
   c.data.train_crop_height, c.data.train_crop_width = 32, 64
   c.data.eval_crop_height, c.data.eval_crop_width = 32, 64
   c.data.synthetic_size = 64
@@ -50,23 +51,23 @@ def test_two_device_step_equals_one_device_step():
   batches = _batches(3)
   results = {}
   for n in (1, 2):
-    mesh = train.make_mesh(jax.devices()[:n])
-    state = train.replicate(train.init_state(cfg, (32, 64), 4), mesh)
+    mesh = sharding.make_mesh(jax.devices()[:n])
+    state = sharding.replicate(train.init_state(cfg, 4), mesh)
     rep, shd = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     grads_fn = jax.jit(lambda st, b: ts.loss_and_grads(st, st.params, b, "masked_l1"),
                        in_shardings=(rep, shd), out_shardings=rep)
-    sharded = train.shard_batch(batches[0], mesh)
+    sharded = sharding.shard_batch(batches[0], mesh)
     if n == 2:  # the batch really is split and the state replicated
       assert len(sharded["sparse"].addressable_shards) == 2
       assert sharded["sparse"].addressable_shards[0].data.shape[0] == 2
       assert state.params["nconv"]["nconv1"]["bias"].sharding.is_fully_replicated
     (loss, (_, stats)), grads = jax.device_get(grads_fn(state, sharded))
     step = train.make_train_step("masked_l1", mesh)
-    assert train.make_train_step("masked_l1", train.make_mesh(jax.devices()[:n])) is step  # cached
+    assert train.make_train_step("masked_l1", sharding.make_mesh(jax.devices()[:n])) is step  # cached
     p0 = jax.device_get(state.params)
     losses, params1, compiled = [], None, None
     for i, b in enumerate(batches):
-      state, m = step(state, train.shard_batch(b, mesh))
+      state, m = step(state, sharding.shard_batch(b, mesh))
       losses.append(float(m["loss"]))
       if i == 0:
         params1, compiled = jax.device_get(state.params), step._cache_size()  # pylint: disable=protected-access
@@ -174,32 +175,36 @@ def test_two_step_program_on_two_devices_starts_like_the_single_step():
   """The stacked two-step program with BatchNorm (NCNN-Conf), batch sharded over 2 devices: its first step's
   metrics are the single step's, its second loss follows to rounding (see the test above for why not exact)."""
   cfg = tiny_config()
-  mesh = train.make_mesh()
+  mesh = sharding.make_mesh()
   batches = _batches(2)
-  state = train.replicate(train.init_state(cfg, (32, 64), 4), mesh)
-  stacked = train.shard_batches(batches, mesh)
+  state = sharding.replicate(train.init_state(cfg, 4), mesh)
+  stacked = sharding.shard_batches(batches, mesh)
   assert stacked["sparse"].shape == (2, 4, 32, 64, 1) and len(stacked["sparse"].addressable_shards) == 2
   _, m2 = train.make_train_steps("masked_l1", mesh)(jax.tree.map(jnp.copy, state), stacked)
   single = train.make_train_step("masked_l1", mesh)
-  s1, m1a = single(jax.tree.map(jnp.copy, state), train.shard_batch(batches[0], mesh))
-  _, m1b = single(s1, train.shard_batch(batches[1], mesh))
+  s1, m1a = single(jax.tree.map(jnp.copy, state), sharding.shard_batch(batches[0], mesh))
+  _, m1b = single(s1, sharding.shard_batch(batches[1], mesh))
   for k in ("loss", "mae", "rmse", "grad_norm"):
     np.testing.assert_allclose(float(m2[k][0]), float(m1a[k]), rtol=1e-5)
   np.testing.assert_allclose(float(m2["loss"][1]), float(m1b["loss"]), rtol=1e-3)
 
 
-def test_model_settings_follow_the_config_and_old_configs_get_float32():
-  assert train.build_model(tiny_config(precision="default")).precision == "default"
+def test_model_settings_follow_the_config_and_old_configs_load_as_trained():
   cfg = tiny_config()
-  with cfg.unlocked():
-    del cfg["precision"]  # a config saved before the field existed
-  assert train.model_settings(cfg) == {"nconv_init": "published"}
-  assert train.build_model(cfg).precision == "highest"
+  cfg.model.conv_precision = "default"
+  assert config_lib.build_model(cfg).conv_precision == "default"
+  old = json.loads(tiny_config().to_json_best_effort())  # a config.json written before the `model` block:
+  del old["model"]
+  old.update(nconv_init="repo", precision="default")  # `precision` was the name of conv_precision
+  assert config_lib.model_settings(old) == {"nconv_init": "repo", "conv_precision": "default"}
+  assert config_lib.build_model(old).conv_precision == "default"
+  del old["precision"]  # a config saved before the field existed gets float32
+  assert config_lib.build_model(old).conv_precision == "highest"
 
 
 def test_lr_schedule_follows_the_step():
   cfg = tiny_config(lr_decay_epochs=1)
-  state = train.init_state(cfg, (32, 64), 4)
+  state = train.init_state(cfg, 4)
   sched = ts.step_lr_schedule(0.01, 4, 1, 0.1)
   np.testing.assert_allclose([float(sched(s)) for s in (0, 3, 4, 7, 8)], [0.01, 0.01, 1e-3, 1e-3, 1e-4], rtol=1e-6)
   assert int(state.step) == 0 and state.step.dtype == jnp.int32
