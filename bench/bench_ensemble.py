@@ -6,7 +6,7 @@
    4 calls of the single jitted model.
 2. MLE fusion (`ensemble.fuse_mle`, 500 Adam steps, 4 starts per pixel) of the 4 trained members' outputs on a
    full 352x1216 synthetic frame.
-3. A small ensemble of 4 trained with `ensemble.train_ensemble` on synthetic scenes (configs/ensemble_synthetic.py
+3. A small ensemble of 4 trained by `train.train_and_evaluate` on synthetic scenes (configs/ensemble_synthetic.py
    shortened to fit a CPU), evaluated per member and per fusion rule on the validation scenes.
 
 Writes the section between `<!-- ensemble:begin -->` and `<!-- ensemble:end -->` of the output file.
@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import data, ensemble, models, train
+from pncnn_jax import data, ensemble, evaluate, models, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- ensemble:begin -->", "<!-- ensemble:end -->"
@@ -88,9 +88,9 @@ def main(argv=None) -> None:
   config = bench_config(args.steps, 2)
   workdir = args.workdir or tempfile.mkdtemp(prefix="bench_ensemble_")
   t = time.perf_counter()
-  rows = ensemble.train_ensemble(config, workdir)
+  rows = train.train_and_evaluate(config, workdir)["rows"]
   train_s = time.perf_counter() - t
-  print(ensemble.format_table(rows), flush=True)
+  print(evaluate.format_table(rows, header="member / fusion"), flush=True)
 
   # 2. MLE fusion of the trained members on one full frame.
   variables, _ = ensemble.load_ensemble(workdir, step="latest")
@@ -134,7 +134,7 @@ def main(argv=None) -> None:
       "",
       "### Fusion on synthetic data (paper Table 3)",
       "",
-      f"4 pNCNN members (seeds 0-3), trained together by `train_ensemble` (one jitted step over the stacked "
+      f"4 pNCNN members (seeds 0-3), trained together by `train.train_and_evaluate` (one jitted step over the stacked "
       f"state, members vmapped), each on its own random half of "
       f"{config.data.synthetic_size} training scenes, {args.steps} steps of batch 4 random 64x192 crops, Adam lr "
       f"0.01 (x0.1 after the first epoch's end, i.e. constant here); {train_s / 60:.1f} min for the whole ensemble "
@@ -145,7 +145,7 @@ def main(argv=None) -> None:
       "(`ensemble.fused_variance`: uniform weights for the mean, c-weights otherwise). MLE: v^2 = 0.1 m^2, 500 "
       "Adam steps.",
       "",
-      ensemble.format_table(rows),
+      evaluate.format_table(rows, header="member / fusion"),
       "",
   ]
   best = min(("weighted_mean", "max_confidence", "mle"), key=lambda r: rows[r]["rmse"])

@@ -170,14 +170,14 @@ def run(repeats: int) -> dict:
     results[f"{variant}_forward_b1"] = paired(fwd, (variables, jnp.asarray(sparse1)), model_flops(variant) / 1e9,
                                               repeats)
     if not on_cpu() and variant == "pncnn":  # accelerators: UNet convolutions with TF32/bf16 passes
-      fast = jax.jit(functools.partial(models.build_model(variant, precision="default").apply, train=False))
+      fast = jax.jit(functools.partial(models.build_model(variant, conv_precision="default").apply, train=False))
       results["pncnn_forward_b1_fast"] = paired(fast, (variables, jnp.asarray(sparse1)), model_flops(variant) / 1e9,
                                                 repeats)
   results["pncnn_train_step_b4"] = time_train_step(rng, paired, repeats)
   results["pncnn_train_step_b4_x2"] = time_train_step(rng, paired, repeats, steps_per_call=2)
   if not on_cpu():
     results["pncnn_train_step_b16"] = time_train_step(rng, paired, repeats, batch=16)
-    results["pncnn_train_step_b16_fast"] = time_train_step(rng, paired, repeats, batch=16, precision="default")
+    results["pncnn_train_step_b16_fast"] = time_train_step(rng, paired, repeats, batch=16, conv_precision="default")
   if on_cpu() and hugepages_on():  # the same step in a process without huge pages, for the ratio (see pncnn_jax/hostmem.py)
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     env[hostmem.OPT_OUT] = "1"
@@ -254,8 +254,8 @@ def render(results: dict) -> str:
     lines[-1] += f" Peak device memory in use: {results['peak_device_gb']:.2f} GB."
   if not on_cpu():
     lines += ["", "No targets are set for accelerators. Every convolution runs at float32 by default: the NConv "
-              "layers always (pncnn_jax.layers.NCONV_PRECISION), the UNets through `PNCNN.precision='highest'` "
-              "(config field `precision`); the 'default' rows let the backend use TF32/bf16 passes in the UNets, "
+              "layers always (pncnn_jax.conv.NCONV_PRECISION), the UNets through `PNCNN.conv_precision='highest'` "
+              "(config field `model.conv_precision`); the 'default' rows let the backend use TF32/bf16 passes in the UNets, "
               "which moves single predictions by up to ~0.3 m against the official float32 outputs."]
     return "\n".join(lines)
   lines += ["", "Official PyTorch code on this machine kind (from the issue): pNCNN forward 1.64-1.77 s, batch-4 "
