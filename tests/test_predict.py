@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from pncnn_jax import checkpointing, predict, models
+from pncnn_jax import checkpointing, loader, models, predict
 from pncnn_jax.data import io
 
 
@@ -79,3 +79,21 @@ def test_predict_main_exit_codes(pncnn_checkpoint, tmp_path, capsys):
   assert predict.main(["--checkpoint", str(tmp_path / "missing"), "--input", str(bad), "--output",
                        str(tmp_path / "o")]) == 2
   assert "missing: no such file or directory" in capsys.readouterr().err
+
+
+def test_the_loader_rebuilds_the_model_a_run_was_trained_with(pncnn_checkpoint, tmp_path):
+  """predict (and every caller of loader.load) builds the model with the settings stored with the checkpoint:
+  config.model of a run, or the top-level `precision` of a run saved before the rename; defaults otherwise."""
+  _, model, variables = pncnn_checkpoint
+  new = {"variant": "pncnn", "loss": "gaussian_nll", "model": {"nconv_init": "repo", "conv_precision": "default"}}
+  old = {"variant": "pncnn", "loss": "gaussian_nll", "nconv_init": "published", "precision": "default"}
+  for name, config in (("new", new), ("old", old)):
+    checkpointing.save_variables(tmp_path / name, variables, {"variant": "pncnn", "config": config})
+    got, _, loss = predict.load_model(tmp_path / name)
+    assert got.conv_precision == "default" and loss == "gaussian_nll"
+  assert predict.load_model(tmp_path / "new")[0].nconv_init == "repo"
+  assert loader.load(tmp_path / "new").build_model() is predict.load_model(tmp_path / "new")[0]  # one instance
+  got, _, _ = predict.load_model(pncnn_checkpoint[0])  # no stored config: the model's defaults
+  assert got == model and got.conv_precision == "highest"
+  with pytest.raises(ValueError, match="holds variant 'pncnn', not 'ncnn'"):
+    loader.load(tmp_path / "new", variant="ncnn")
