@@ -20,6 +20,7 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   c.model = dict(  # pncnn_jax.models.PNCNN settings besides the variant's, passed as keyword arguments
       nconv_init="published",  # 'published' (Poisson, as the shipped checkpoints) or 'repo' (Kaiming)
       conv_precision="highest",  # UNet convolutions: 'highest' = float32 everywhere; 'default' = TF32/bf16 on GPU/TPU
+      mask_input_confidence=False,  # our option, not the official network: c0 <- c0 * [x > 0] (docs/RESULTS.md)
   )
   c.seed = 0  # parameter init and data order
 
@@ -36,6 +37,7 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   c.data.eval_crop_width = 1216  # columns of the evaluation crop (if any)
   c.data.synthetic_size = 10000  # synthetic only: training scenes per epoch
   c.data.eval_synthetic_size = 0  # synthetic only: validation scenes
+  c.data.synthetic_cache_dir = ""  # synthetic only: pre-rendered scenes (pncnn_jax.data.synthetic_cache), if present
   c.data.nyu_num_samples = 1000  # nyu only: expected sparse samples per image
   c.data.num_threads = 4  # grain reader threads per host
 

@@ -21,7 +21,7 @@ import ml_collections
 
 from pncnn_jax import data, losses, models
 
-MODEL_FIELDS = ("nconv_init", "conv_precision", "unet_features")  # the PNCNN fields a config may set
+MODEL_FIELDS = ("nconv_init", "conv_precision", "unet_features", "mask_input_confidence")  # the PNCNN fields a config may set
 # steps_per_call=-1 (auto): two unrolled steps per call on CPU for frames of at least this many pixels (KITTI, NYU).
 # There they save XLA:CPU re-faulting the step's working memory on every call (~10 % per KITTI-size step,
 # docs/BENCHMARKS.md); small crops and other backends run one step per call.
@@ -62,6 +62,8 @@ def model_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     settings = {k: config[k] for k in ("nconv_init",) if k in config}
     if "precision" in config:
       settings["conv_precision"] = config["precision"]
+    if config.get("mask_input_confidence"):
+      settings["mask_input_confidence"] = True
   bad = sorted(set(settings) - set(MODEL_FIELDS))
   if bad:
     raise ValueError(f"config.model: unknown model settings {bad}; expected some of {MODEL_FIELDS}")
@@ -105,6 +107,8 @@ def data_config(config: ml_collections.ConfigDict, kind: str, *, batch_size: int
   }
   if d.dataset == "synthetic":
     out["synthetic_size"] = d.synthetic_size if kind == "train" else d.eval_synthetic_size
+    if d.get("synthetic_cache_dir"):
+      out["synthetic_cache_dir"] = d.synthetic_cache_dir
   if kind == "eval":
     out["shuffle"] = False
     out["drop_remainder"] = False

@@ -4,7 +4,9 @@
   * 'best' / 'latest' with `workdir=`: that step of a training run (pncnn_jax.train);
   * a training workdir (its `step`, 'best' falling back to 'latest'), one of its step directories, or a model-only
     checkpoint directory (`python -m pncnn_jax.convert`), all through `pncnn_jax.checkpointing`;
-  * an official `.pth.tar` (legacy torch format) or an `.npz` state dict (`pncnn_jax.convert.load_official`).
+  * an official `.pth.tar` (legacy torch format) or an `.npz` state dict (`pncnn_jax.convert.load_official`);
+  * a shipped name, '<dataset>:<name>' (e.g. 'synthetic:pncnn_masked'): weights pncnn_jax trained itself
+    (`pncnn_jax.pretrained`), rebuilt with the settings of the run that made them.
 A checkpoint of an ensemble run (metadata `ensemble_size`) gives stacked variables (leaves (K, ...)).
 
 The model is rebuilt with the settings stored with the checkpoint: the variant, the loss and the model settings
@@ -20,7 +22,7 @@ import os
 import pathlib
 from typing import Any
 
-from pncnn_jax import checkpointing, convert, models
+from pncnn_jax import checkpointing, convert, models, pretrained
 from pncnn_jax import config as config_lib
 
 
@@ -66,7 +68,11 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
     another variant or a file that is not a checkpoint (`convert.CheckpointFormatError`).
   """
   checkpoint = os.fspath(checkpoint)
-  if checkpoint in ("best", "latest"):
+  if pretrained.parse(checkpoint) is not None and not os.path.exists(checkpoint):
+    variables, manifest = pretrained.load(checkpoint)
+    meta = {"variant": manifest["variant"], "loss": manifest["config"].get("loss") or None,
+            "config": manifest["config"], "step": manifest.get("step"), "pretrained": checkpoint}
+  elif checkpoint in ("best", "latest"):
     if not workdir:
       raise ValueError(f"--checkpoint={checkpoint} needs --workdir (the training run)")
     wd = pathlib.Path(workdir)

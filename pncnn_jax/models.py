@@ -247,7 +247,8 @@ class PNCNN(nn.Module):
         = softplus(UNet(cout))                   var_estimator = 'cout'       (pNCNN: precision 1/sigma^2)
         = softplus(UNet([cout, mu]))             var_estimator = 'cout_depth' (ablation: also sees mu)
 
-  c0 is not masked by the input validity (REFERENCE 11.7).
+  c0 is not masked by the input validity (REFERENCE 11.7) unless `mask_input_confidence` is set (our option,
+  not the official network): then c0 <- c0 * [x > 0], so empty pixels carry exactly zero confidence into NConv.
 
   Attributes:
     conf_estimator: one of CONF_ESTIMATORS.
@@ -266,6 +267,7 @@ class PNCNN(nn.Module):
   nconv_init: str = "published"
   unet_features: tuple[int, int, int, int] = (32, 32, 64, 64)
   conv_precision: Any = "highest"
+  mask_input_confidence: bool = False
 
   @nn.compact
   def __call__(self, sparse: Array, train: bool = False) -> ModelOutput:
@@ -280,6 +282,8 @@ class PNCNN(nn.Module):
       c0 = (x0 > 0).astype(jnp.float32)
     else:
       c0 = UNet(self.unet_features, 1, self.conf_estimator, self.conv_precision, name="conf_estimator")(x0, train)
+      if self.mask_input_confidence:
+        c0 = jnp.where(x0 > 0, c0, 0.0)
     xout, cout = NConvUNet(weight_init=self.nconv_init, name="nconv")(x0, c0)
     if self.var_estimator == "none":
       conf = cout

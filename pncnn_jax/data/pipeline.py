@@ -14,13 +14,14 @@ The iterator is a `grain.DatasetIterator`: `it.get_state()` returns a small JSON
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Any, Mapping, Optional
 
 import grain
 import numpy as np
 
 from pncnn_jax.data import sparsify
-from pncnn_jax.data import synthetic
+from pncnn_jax.data import synthetic, synthetic_cache
 
 DATASETS = ("synthetic", "kitti_depth", "nyu_depth")
 SPLITS = {
@@ -52,6 +53,7 @@ class DataConfig:
   # synthetic only
   synthetic_size: int = 10000  # examples per epoch
   synthetic_seed: int = 0  # scene seed (scenes of a split do not depend on `seed`)
+  synthetic_cache_dir: Optional[str] = None  # pre-rendered scenes (data/synthetic_cache.py), used if present
   # nyu only
   nyu_num_samples: int = 1000  # expected sparse samples per image (REFERENCE 7.4)
 
@@ -106,6 +108,16 @@ class _Synthetic(grain.transforms.RandomMap):
     self._cfg = cfg
     self._scfg = synthetic.SyntheticConfig()
     self._stream = _SYNTHETIC_STREAM[cfg.split]
+    self._cache = None
+    if cfg.synthetic_cache_dir and cfg.crop in ("center", "bottom", "none"):  # one fixed window per scene
+      s = self._scfg
+      top, left = (0, 0) if cfg.crop == "none" else sparsify.crop_offsets(
+          s.height, s.width, cfg.crop_height, cfg.crop_width, cfg.crop)
+      hw = (s.height, s.width) if cfg.crop == "none" else (cfg.crop_height, cfg.crop_width)
+      path = pathlib.Path(cfg.synthetic_cache_dir) / synthetic_cache.cache_name(
+          cfg.split, cfg.synthetic_seed, (top, left, *hw))
+      if path.is_dir():
+        self._cache = synthetic_cache.SceneCache(path, s)
 
   def random_map(self, index, rng: np.random.Generator):
     c, s = self._cfg, self._scfg
@@ -113,6 +125,10 @@ class _Synthetic(grain.transforms.RandomMap):
     if c.crop != "none":
       top, left = sparsify.crop_offsets(s.height, s.width, c.crop_height, c.crop_width, c.crop, rng)
       window = (top, left, c.crop_height, c.crop_width)
+    if self._cache is not None:
+      ex = self._cache.lookup(c.synthetic_seed, self._stream, int(index), window or (0, 0, s.height, s.width))
+      if ex is not None:
+        return ex
     return synthetic.generate(c.synthetic_seed, int(index), s, window=window, stream=self._stream)
 
 

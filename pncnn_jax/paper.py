@@ -1,0 +1,143 @@
+"""The paper's experiments on the synthetic benchmark as data: recipes (`SCALES`), the trained models (`RUNS`)
+and where each run lives in a reproduction workdir. `python -m pncnn_jax.reproduce` runs them; `pncnn_jax.results`
+evaluates them; `pncnn_jax.report` writes docs/RESULTS.md.
+
+Two forms of each model with a learned input confidence are trained:
+  <variant>         the official network: c0 = UNet(x) at every pixel, also where there is no measurement.
+  <variant>_masked  our option `mask_input_confidence`: c0 = UNet(x) * [x > 0] (docs/RESULTS.md says why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+import ml_collections
+
+from pncnn_jax import config as config_lib
+
+# One recipe per scale. 'cpu' fits 2 CPU cores (about 15-30 min per pNCNN run); 'accelerator' is the same
+# schedule on larger crops and batches for a GPU/TPU.
+SCALES: dict[str, dict[str, Any]] = {
+    "cpu": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=100, num_epochs=10, lr_decay_epochs=8,
+                learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
+    "accelerator": dict(train_crop=(128, 608), batch_size=16, steps_per_epoch=500, num_epochs=20,
+                        lr_decay_epochs=15, learning_rate=0.01, train_scenes=20000, val_scenes=64,
+                        test_scenes=256, eval_crop=(128, 608)),
+    # A few steps on tiny crops: the whole command end to end in about a minute (tests, a first look).
+    "smoke": dict(train_crop=(32, 64), batch_size=2, steps_per_epoch=3, num_epochs=2, lr_decay_epochs=1,
+                  learning_rate=0.01, train_scenes=8, val_scenes=2, test_scenes=4, eval_crop=(64, 96)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One trained model: a variant of pncnn_jax.models.VARIANTS, the c0 mask option and the init/data seed."""
+  name: str
+  variant: str
+  masked: bool = False
+  seed: int = 0
+  group: str = "main"  # 'main' | 'ablation' | 'ensemble' (the tables a run appears in)
+
+
+# In training order: the models the claims need first, the official (unmasked) forms next, then the extra
+# ensemble members and the ablations.
+RUNS: tuple[Run, ...] = (
+    Run("ncnn", "ncnn"),
+    Run("pncnn_masked", "pncnn", True),
+    Run("ncnn_conf_l1_masked", "ncnn_conf_l1", True),
+    Run("pncnn", "pncnn"),
+    Run("ncnn_conf_l1", "ncnn_conf_l1"),
+    Run("pncnn_exp_masked", "pncnn_exp", True),
+    Run("ncnn_conf_l2_masked", "ncnn_conf_l2", True),
+    Run("pncnn_masked_seed1", "pncnn", True, 1, "ensemble"),
+    Run("pncnn_masked_seed2", "pncnn", True, 2, "ensemble"),
+    Run("pncnn_masked_seed3", "pncnn", True, 3, "ensemble"),
+    Run("no_conf_est", "no_conf_est", False, 0, "ablation"),
+    Run("no_var_est_masked", "no_var_est", True, 0, "ablation"),
+    Run("depth_pred_masked", "depth_pred", True, 0, "ablation"),
+    Run("laplace_masked", "laplace", True, 0, "ablation"),
+    Run("pncnn_exp", "pncnn_exp"),
+    Run("ncnn_conf_l2", "ncnn_conf_l2"),
+)
+RUNS_BY_NAME = {r.name: r for r in RUNS}
+# The ensemble of the fusion table: four pNCNN (masked c0) runs that differ only in their seed.
+ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")
+
+
+def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collections.ConfigDict:
+  """configs/synthetic.py:<variant> with the scale's recipe, the run's seed and c0 option."""
+  s = SCALES[scale]
+  config = config_lib.load_config(f"{_configs_dir() / 'synthetic.py'}:{run.variant}")
+  with config.unlocked():
+    config.seed = run.seed
+    config.model.mask_input_confidence = run.masked
+    config.batch_size = s["batch_size"]
+    config.steps_per_epoch = s["steps_per_epoch"]
+    config.num_epochs = s["num_epochs"]
+    config.lr_decay_epochs = s["lr_decay_epochs"]
+    config.learning_rate = s["learning_rate"]
+    config.data.train_crop_height, config.data.train_crop_width = s["train_crop"]
+    config.data.eval_crop_height, config.data.eval_crop_width = s["eval_crop"]
+    config.data.synthetic_size = s["train_scenes"]
+    config.data.eval_synthetic_size = s["val_scenes"]
+    config.data.synthetic_cache_dir = cache_dir or ""
+    config.progress_bar = False
+    config.log_every_steps = 50
+  return config
+
+
+def _configs_dir() -> pathlib.Path:
+  here = pathlib.Path(__file__).resolve().parent.parent / "configs"
+  if not here.is_dir():
+    raise FileNotFoundError(f"{here}: the configs/ folder of the pncnn_jax checkout is missing")
+  return here
+
+
+def build_caches(workdir: pathlib.Path, scale: str) -> str:
+  """Renders the training and validation scenes of the recipe once (data/synthetic_cache.py); returns the dir."""
+  from pncnn_jax.data import sparsify, synthetic, synthetic_cache  # pylint: disable=g-import-not-at-top
+  s, full = SCALES[scale], synthetic.SyntheticConfig()
+  cache_dir = workdir / "scene_cache"
+  for split, stream, (h, w), size in (("train", 0, s["train_crop"], s["train_scenes"]),
+                                      ("val", 1, s["eval_crop"], s["val_scenes"]),
+                                      ("test", 2, s["eval_crop"], s["test_scenes"])):
+    top, left = sparsify.crop_offsets(full.height, full.width, h, w, "center")
+    window = (top, left, h, w)
+    path = cache_dir / synthetic_cache.cache_name(split, 0, window)
+    if not path.exists():
+      print(f"rendering {size} {split} scenes at {h}x{w} into {path} (once)", flush=True)
+    synthetic_cache.build(path, seed=0, stream=stream, window=window, size=size, progress=True)
+  return str(cache_dir)
+
+
+def run_dir(workdir: pathlib.Path, run: Run) -> pathlib.Path:
+  return workdir / "runs" / run.name
+
+
+def finished(workdir: pathlib.Path, run: Run, scale: str) -> bool:
+  """True when the run's metrics.jsonl has its final validation row."""
+  total = SCALES[scale]["steps_per_epoch"] * SCALES[scale]["num_epochs"]
+  path = run_dir(workdir, run) / "metrics.jsonl"
+  if not path.exists():
+    return False
+  for line in path.read_text().splitlines():
+    row = json.loads(line)
+    if row.get("split") == "val" and row.get("step") == total:
+      return True
+  return False
+
+
+def select(only: str | None) -> list[Run]:
+  """The runs named in a comma-separated list (all of them for an empty one)."""
+  if not only:
+    return list(RUNS)
+  names = [n for n in only.split(",") if n]
+  unknown = [n for n in names if n not in RUNS_BY_NAME]
+  if unknown:
+    raise ValueError(f"--only: unknown run(s) {unknown}; known: {', '.join(RUNS_BY_NAME)}")
+  return [RUNS_BY_NAME[n] for n in names]
+
+

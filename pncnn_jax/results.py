@@ -1,0 +1,274 @@
+"""Evaluation of the reproduction runs on held-out scenes, the paper's claims, docs/RESULTS.md and its JSON.
+
+Called by `python -m pncnn_jax.reproduce` (stages 'evaluate' and 'report'). Every finished run of
+`paper.RUNS` is evaluated once on the synthetic 'test' split (scene seeds that training and validation never
+see) and the result cached in `<workdir>/eval/<name>.json`; the report is then written from those files, so it
+can be regenerated without evaluating again.
+
+Per run it measures:
+  accuracy     MAE, RMSE [mm], iMAE, iRMSE [1/km] (per-image means, KITTI conventions, pncnn_jax.metrics)
+  uncertainty  AUSE in the pNCNN and the Gustafsson normalisation, AUCE and NLL (probabilistic losses only);
+               NCNN and NCNN-Conf are ranked by their propagated output confidence
+  c0           AUROC of the *low* input confidence (-c0) for the `disturbed` label over all input points, the
+               same within depth deciles (the disturbed points are farther than the clean ones on average, so a
+               c0 that merely grows with depth would look "reversed" overall), the mean c0 on disturbed and on
+               clean points, and log10(c0) histograms of both
+  convergence  the validation RMSE curve from metrics.jsonl (see `convergence`)
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pncnn_jax import config as config_lib
+from pncnn_jax import data, evaluate, loader, models, paper, uncertainty
+
+# The claim thresholds, fixed before any result was seen (docs/RESULTS.md quotes them).
+AUROC_AIM = 0.8  # (b): AUROC of low c0 for disturbed points, over all points and within depth bins
+C0_RATIO_MAX = 0.5  # (b): mean c0 on disturbed points at most half the mean on clean points
+AUSE_RATIO_MAX = 0.5  # (c): pNCNN AUSE at most half of NCNN-Conf's (the paper: 0.05 vs 0.31)
+ACCURACY_TOLERANCE = 0.10  # (d): pNCNN MAE and RMSE within 10 % of NCNN-Conf-L1's (the paper: ~10 %)
+FLAT_TOLERANCE = 0.02  # convergence: val RMSE changed by < 2 % over the last 30 % of the lr-0.01 phase
+HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
+
+
+CHECK_SCENES = 8  # the shipped weights' manifests record their metrics on the first 8 validation scenes
+
+
+def test_batches(scale: str, cache_dir: str, batch_size: int = 8, split: str = "test", size: int | None = None):
+  """The held-out scenes of the recipe (or, with split='val', its validation scenes), in order."""
+  s = paper.SCALES[scale]
+  h, w = s["eval_crop"]
+  size = size or s["test_scenes" if split == "test" else "val_scenes"]
+  return data.make_iterator(dict(dataset="synthetic", split=split, crop="center", crop_height=h, crop_width=w,
+                                 batch_size=batch_size, synthetic_size=size, num_epochs=1,
+                                 shuffle=False, drop_remainder=False, synthetic_cache_dir=cache_dir))
+
+
+def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
+  """Metrics of `variables` on the first CHECK_SCENES validation scenes of `config`'s eval crop (what a shipped
+  model's manifest records and tests/test_pretrained.py re-measures)."""
+  model = config_lib.build_model(config)
+  d = config.data
+  batches = data.make_iterator(dict(dataset="synthetic", split="val", crop="center", crop_height=d.eval_crop_height,
+                                    crop_width=d.eval_crop_width, batch_size=CHECK_SCENES,
+                                    synthetic_size=CHECK_SCENES, num_epochs=1, shuffle=False, drop_remainder=False,
+                                    synthetic_cache_dir=cache_dir or None))
+  res = evaluate.run_evaluation(model, variables, batches, loss_name=config_lib.variant_loss(config))
+  return {**res.metrics, **{k: v for k, v in res.uncertainty.items() if v is not None},
+          **({"auroc_disturbed": res.auroc_disturbed} if res.auroc_disturbed is not None else {})}
+
+
+def load_run(workdir: pathlib.Path, run: paper.Run, scale: str):
+  """(config, model, final variables, checkpoint metadata) of a finished run."""
+  config = paper.run_config(run, scale)
+  loaded = loader.load(paper.run_dir(workdir, run), step="latest", variant=run.variant)
+  return config, config_lib.build_model(config), loaded.variables, loaded.meta
+
+
+def c0_statistics(model, variables, batches) -> dict[str, Any]:
+  """AUROC of -c0 for `disturbed` (all input points; within input-depth deciles), mean c0 per class, histograms."""
+  fn = jax.jit(lambda v, x: model.apply(v, x).input_confidence)
+  c0s, labels, depths, empty_sum, empty_n = [], [], [], 0.0, 0
+  for batch in batches:
+    c0 = np.asarray(fn(variables, jnp.asarray(batch["sparse"])))
+    pts = batch["sparse"] > 0
+    c0s.append(c0[pts]), labels.append(np.asarray(batch["disturbed"])[pts]), depths.append(batch["sparse"][pts])
+    empty_sum, empty_n = empty_sum + float(c0[~pts].sum(dtype=np.float64)), empty_n + int((~pts).sum())
+  c0, dis, z = np.concatenate(c0s).astype(np.float64), np.concatenate(labels), np.concatenate(depths)
+  edges = np.quantile(z, np.linspace(0.0, 1.0, 11))
+  bin_of = np.clip(np.searchsorted(edges, z, side="right") - 1, 0, 9)
+  per_bin, weights = [], []
+  for b in range(10):
+    m = bin_of == b
+    if dis[m].any() and (~dis[m]).any():
+      per_bin.append(uncertainty.auroc(-c0[m], dis[m]))
+      weights.append(int(dis[m].sum()))
+  log_c0 = np.log10(np.maximum(c0, 1e-30))
+  return {
+      "auroc": uncertainty.auroc(-c0, dis),
+      "auroc_depth_bins": float(np.average(per_bin, weights=weights)) if per_bin else float("nan"),
+      "auroc_per_depth_bin": per_bin, "depth_bin_edges_m": edges.tolist(),
+      "c0_mean_disturbed": float(c0[dis].mean()), "c0_mean_clean": float(c0[~dis].mean()),
+      "c0_mean_empty": empty_sum / max(empty_n, 1), "empty_fraction": empty_n / max(empty_n + dis.size, 1),
+      "disturbed_fraction": float(dis.mean()), "num_points": int(dis.size),
+      "mean_depth_disturbed_m": float(z[dis].mean()), "mean_depth_clean_m": float(z[~dis].mean()),
+      "hist_edges_log10": HIST_BINS.tolist(),
+      "hist_disturbed": np.histogram(np.clip(log_c0[dis], HIST_BINS[0], HIST_BINS[-1]), HIST_BINS)[0].tolist(),
+      "hist_clean": np.histogram(np.clip(log_c0[~dis], HIST_BINS[0], HIST_BINS[-1]), HIST_BINS)[0].tolist(),
+  }
+
+
+def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
+  """The validation curve and whether it is flat: the val RMSE at the end of the lr-0.01 phase differs by less
+  than FLAT_TOLERANCE (relative) from its value 30 % of that phase earlier (the lr drop afterwards only
+  polishes). A curve still falling more than that is reported as not converged."""
+  s = paper.SCALES[scale]
+  rows = [json.loads(l) for l in (rundir / "metrics.jsonl").read_text().splitlines()]
+  val = sorted({r["step"]: r for r in rows if r.get("split") == "val"}.values(), key=lambda r: r["step"])
+  curve = [(r["step"], r["rmse"], r["mae"]) for r in val]
+  decay = s["steps_per_epoch"] * s["lr_decay_epochs"]
+  end = [c for c in curve if c[0] <= decay]
+  ref_step = decay - 0.3 * decay
+  earlier = [c for c in end if c[0] <= ref_step]
+  change = None
+  if end and earlier:
+    change = (end[-1][1] - earlier[-1][1]) / earlier[-1][1]
+  return {"val_curve": curve, "rmse_change_last_30pct": change,
+          "flat": change is not None and abs(change) < FLAT_TOLERANCE}
+
+
+def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path | None = None) -> dict[str, Any]:
+  """Accuracy, uncertainty and c0 statistics of one model (`config` as in paper.run_config) on the scenes
+  that `batches_fn()` yields (called twice: the evaluation pass and the c0 pass)."""
+  model, loss = config_lib.build_model(config), config_lib.variant_loss(config)
+  res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2)
+  out = {"variant": config.variant, "masked_c0": bool(config.get("mask_input_confidence", False)), "loss": loss,
+         "params": models.count_params(variables["params"]), "metrics": res.metrics, "uncertainty": res.uncertainty,
+         "sparsification": {"fractions": res.sparsification.fractions.tolist(),
+                            "model": res.sparsification.model.tolist(),
+                            "oracle": res.sparsification.oracle.tolist()}}
+  if models.VARIANTS[config.variant].conf_estimator != "none":
+    out["c0"] = c0_statistics(model, variables, batches_fn())
+  if panels_path is not None:
+    np.savez_compressed(panels_path, **{f"{k}_{i}": v for i, p in enumerate(res.panels) for k, v in p.items()})
+  return out
+
+
+def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str) -> dict[str, Any]:
+  config, _, variables, meta = load_run(workdir, run, scale)
+  out = evaluate_model(config, variables, lambda: test_batches(scale, cache_dir),
+                       panels_path=workdir / "eval" / f"{run.name}_panels.npz")
+  out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step"),
+              "convergence": convergence(paper.run_dir(workdir, run), scale)})
+  wall = paper.run_dir(workdir, run) / "wall_time.json"
+  out["train_wall_s"] = json.loads(wall.read_text())["seconds"] if wall.exists() else None
+  return out
+
+
+def _without_disturbed(batches):
+  for b in batches:
+    yield {**b, "sparse": np.where(b["disturbed"], np.float32(0.0), b["sparse"])}
+
+
+def _oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str, Any]:
+  """NCNN evaluated with its disturbed input points removed: a binary c0 that knew the labels."""
+  run = paper.RUNS_BY_NAME["ncnn"]
+  config, _, variables, meta = load_run(workdir, run, scale)
+  out = evaluate_model(config, variables, lambda: _without_disturbed(test_batches(scale, cache_dir)))
+  out.update({"name": "ncnn_oracle_c0", "step": meta.get("step"), "group": "oracle"})
+  return out
+
+
+def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str, Any]:
+  """Members and fusion rules of the 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the test scenes."""
+  from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
+  loaded = [load_run(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE]
+  config, model = loaded[0][0], loaded[0][1]
+  stacked = ensemble.stack_trees([v for _, _, v, _ in loaded])
+  rows = ensemble.evaluate_ensemble(model, stacked, test_batches(scale, cache_dir, 4),
+                                    loss_name=config_lib.variant_loss(config))
+  return {"members": list(paper.ENSEMBLE), "rows": rows}
+
+
+def _cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
+  if path.exists() and path.stat().st_mtime >= fresh_after:
+    return json.loads(path.read_text())
+  value = compute()
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(json.dumps(value, indent=1, default=_jsonable) + "\n")
+  tmp.replace(path)
+  return value
+
+
+def _jsonable(o: Any) -> Any:
+  if isinstance(o, (np.floating, np.integer, np.bool_)):
+    return o.item()
+  if isinstance(o, np.ndarray):
+    return o.tolist()
+  raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def _last_checkpoint_time(workdir: pathlib.Path, run: paper.Run) -> float:
+  ck = paper.run_dir(workdir, run) / "checkpoints"
+  return max((p.stat().st_mtime for p in ck.iterdir()), default=0.0) if ck.is_dir() else 0.0
+
+
+def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> dict[str, Any]:
+  """Evaluates every finished run of paper.RUNS and the ensemble when its four runs are finished (each result
+  cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results.
+
+  Returns the summary that `pncnn_jax.report.write` turns into docs/RESULTS.md.
+  """
+  runs = paper.RUNS
+  cache_dir = paper.build_caches(workdir, scale)
+  (workdir / "eval").mkdir(parents=True, exist_ok=True)
+  done = [r for r in runs if paper.finished(workdir, r, scale)]
+  missing = [r.name for r in runs if r not in done]
+  evals: dict[str, Any] = {}
+  for run in done:
+    path = workdir / "eval" / f"{run.name}.json"
+    if evaluate:
+      print(f"[{run.name}] evaluating on {paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
+      evals[run.name] = _cached(path, _last_checkpoint_time(workdir, run),
+                                lambda run=run: evaluate_run(workdir, run, scale, cache_dir))
+    elif path.exists():
+      evals[run.name] = json.loads(path.read_text())
+  if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
+    run = paper.RUNS_BY_NAME["ncnn"]
+    evals["ncnn_oracle_c0"] = _cached(workdir / "eval" / "ncnn_oracle_c0.json", _last_checkpoint_time(workdir, run),
+                                      lambda: _oracle_ncnn(workdir, scale, cache_dir))
+  elif (workdir / "eval" / "ncnn_oracle_c0.json").exists():
+    evals["ncnn_oracle_c0"] = json.loads((workdir / "eval" / "ncnn_oracle_c0.json").read_text())
+  fusion = None
+  if all(paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
+    path = workdir / "eval" / "ensemble.json"
+    newest = max(_last_checkpoint_time(workdir, paper.RUNS_BY_NAME[n]) for n in paper.ENSEMBLE)
+    if evaluate or path.exists():
+      fusion = _cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
+  summary = {"scale": scale, "recipe": paper.SCALES[scale], "runs": evals, "fusion": fusion,
+             "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),
+             "devices": [str(d) for d in jax.devices()], "jax": jax.__version__}
+  return summary
+
+
+def _git_commit() -> str | None:
+  try:
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                          cwd=pathlib.Path(__file__).resolve().parent).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return None
+
+
+def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], directory: pathlib.Path) -> None:
+  """Writes each finished run's final variables + manifest (`pncnn_jax.pretrained.save`)."""
+  from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
+  evals = summary["runs"]
+  for run in [r for r in paper.RUNS if paper.finished(workdir, r, scale)]:
+    config, _, variables, meta = load_run(workdir, run, scale)
+    with config.unlocked():
+      config.data.synthetic_cache_dir = ""
+    val = [json.loads(l) for l in (paper.run_dir(workdir, run) / "metrics.jsonl").read_text().splitlines()]
+    last_val = [r for r in val if r.get("split") == "val"][-1]
+    manifest = {
+        "name": run.name, "variant": run.variant, "mask_input_confidence": run.masked, "seed": run.seed,
+        "command": f"python -m pncnn_jax.reproduce --workdir WORKDIR --scale {scale} --only {run.name} "
+                   f"--ship pncnn_jax/pretrained/synthetic",
+        "commit": summary["commit"], "scale": scale, "recipe": paper.SCALES[scale], "step": meta.get("step"),
+        "device": summary["devices"], "jax": summary["jax"], "train_wall_s": evals.get(run.name, {}).get(
+            "train_wall_s"), "config": json.loads(config.to_json_best_effort()),
+        "validation": {k: v for k, v in last_val.items() if k not in ("time", "split")},
+        "test": {**evals.get(run.name, {}).get("metrics", {}), **evals.get(run.name, {}).get("uncertainty", {})},
+    }
+    manifest["check"] = {"scenes": f"the first {CHECK_SCENES} validation scenes",
+                         **check_metrics(config, variables)}
+    pretrained.save(variables, manifest, directory, run.name)
+    print(f"[{run.name}] shipped to {directory}/{run.name}.npz", flush=True)

@@ -1,0 +1,102 @@
+"""The reproduction command end to end (smoke scale), the scene cache, the c0 mask option, shipped-weight files."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pncnn_jax import models, pretrained, reproduce
+from pncnn_jax.data import make_iterator, synthetic, synthetic_cache
+
+
+def test_cached_scenes_equal_rendered_scenes(tmp_path):
+  window = (144, 448, 64, 320)  # configs/synthetic.py's centre crop of the 352x1216 frame
+  synthetic_cache.build(tmp_path / synthetic_cache.cache_name("train", 0, window), seed=0, stream=0, window=window,
+                        size=3)
+  cfg = dict(dataset="synthetic", split="train", crop="center", crop_height=64, crop_width=320, batch_size=1,
+             synthetic_size=5, num_epochs=1, shuffle=False)
+  plain, cached = list(make_iterator(cfg)), list(make_iterator(dict(cfg, synthetic_cache_dir=str(tmp_path))))
+  assert len(plain) == len(cached) == 5  # scenes 3 and 4 are not cached: rendered as before
+  for a, b in zip(plain, cached):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  assert int((plain[0]["disturbed"]).sum()) > 0
+
+
+def test_cache_of_other_settings_is_refused(tmp_path):
+  path = tmp_path / "c"
+  synthetic_cache.build(path, seed=0, stream=0, window=(0, 0, 16, 16), size=1)
+  with pytest.raises(ValueError, match="other settings"):
+    synthetic_cache.build(path, seed=1, stream=0, window=(0, 0, 16, 16), size=1)
+  with pytest.raises(ValueError, match="not a synthetic scene cache"):
+    synthetic_cache.SceneCache(tmp_path)
+
+
+@pytest.mark.parametrize("variant", ["ncnn_conf_l1", "pncnn"])
+def test_masked_input_confidence_is_zero_off_the_measurements(variant):
+  x = np.zeros((1, 32, 48, 1), np.float32)
+  rng = np.random.default_rng(0)
+  pts = rng.random(x.shape) < 0.1
+  x[pts] = rng.uniform(2.0, 60.0, int(pts.sum()))
+  official, masked = models.build_model(variant), models.build_model(variant, mask_input_confidence=True)
+  assert not official.mask_input_confidence  # the parity variants are unchanged
+  variables = models.init_variables(official, jax.random.key(0))
+  c0_off = np.asarray(official.apply(variables, jnp.asarray(x)).input_confidence)
+  out = masked.apply(variables, jnp.asarray(x))  # same parameters: the mask adds none
+  c0 = np.asarray(out.input_confidence)
+  assert np.all(c0[~pts] == 0.0) and np.all(c0_off[~pts] > 0.0)
+  np.testing.assert_array_equal(c0[pts], c0_off[pts])
+  assert np.all(np.isfinite(np.asarray(out.depth)))
+
+
+def test_pretrained_round_trip_and_errors(tmp_path):
+  tree = {"params": {"a": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}}, "batch_stats": {"m": np.ones(2)}}
+  pretrained.save(tree, {"name": "x", "variant": "ncnn"}, tmp_path / "synthetic", "x")
+  variables, manifest = pretrained.load("synthetic:x", root=tmp_path)
+  np.testing.assert_array_equal(variables["params"]["a"]["w"], tree["params"]["a"]["w"])
+  assert manifest["variant"] == "ncnn" and pretrained.available(root=tmp_path) == ["x"]
+  with pytest.raises(ValueError, match="available: synthetic:x"):
+    pretrained.load("synthetic:y", root=tmp_path)
+  assert pretrained.parse("runs/x") is None and pretrained.parse("synthetic:../x") is None
+  bad = {"params": {"w": np.array([1.0, np.nan], np.float32)}}
+  with pytest.raises(ValueError, match="non-finite"):
+    pretrained.save(bad, {}, tmp_path / "synthetic", "bad")
+
+
+def test_unknown_run_name_is_a_one_line_error(capsys):
+  assert reproduce.main(["--workdir", "/nonexistent/never", "--only", "pncnn_typo"]) == 2
+  assert "unknown run(s) ['pncnn_typo']" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_reproduce_end_to_end_resumes_and_ships(tmp_path):
+  wd, results_md, ship = tmp_path / "wd", tmp_path / "docs" / "RESULTS.md", tmp_path / "ship" / "synthetic"
+  args = ["--workdir", str(wd), "--scale", "smoke", "--only", "ncnn,ncnn_conf_l1_masked", "--results",
+          str(results_md)]
+  assert reproduce.main(args + ["--stage", "train"]) == 0
+  for name in ("ncnn", "ncnn_conf_l1_masked"):
+    assert reproduce.finished(wd, reproduce.RUNS_BY_NAME[name], "smoke")
+  ckpt_mtime = max(p.stat().st_mtime for p in (wd / "runs" / "ncnn" / "checkpoints").rglob("*"))
+  assert reproduce.main(args + ["--ship", str(ship)]) == 0  # training is skipped: both runs are finished
+  assert max(p.stat().st_mtime for p in (wd / "runs" / "ncnn" / "checkpoints").rglob("*")) == ckpt_mtime
+  text = results_md.read_text()
+  assert "| `ncnn` | 481 |" in text and "| `ncnn_conf_l1_masked` | 334,498 |" in text
+  summary = json.loads(results_md.with_suffix(".json").read_text())
+  assert set(summary["runs"]) == {"ncnn", "ncnn_conf_l1_masked"} and "pncnn" in summary["not_finished"]
+  c0 = summary["runs"]["ncnn_conf_l1_masked"]["c0"]
+  assert 0.0 <= c0["auroc"] <= 1.0 and c0["c0_mean_empty"] == 0.0  # masked: empty pixels carry no confidence
+  claims = {c["claim"]: c["holds"] for c in summary["claims"]}
+  assert claims["(a) NCNN-Conf (L1 and L2, masked c0) beats NCNN in MAE and RMSE"] is None  # needs L2 too
+  for fig in ("sparsification.png", "c0_histogram.png", "panels.png"):
+    assert (results_md.parent / "results" / fig).stat().st_size > 10_000
+  variables, manifest = pretrained.load("synthetic:ncnn_conf_l1_masked", root=ship.parent)
+  assert manifest["mask_input_confidence"] is True and manifest["step"] == 6
+  assert manifest["config"]["variant"] == "ncnn_conf_l1" and manifest["config"]["mask_input_confidence"] is True
+  import ml_collections
+  from pncnn_jax import results
+  again = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
+  for k in ("mae", "rmse", "ause_pncnn", "auroc_disturbed"):
+    assert again[k] == pytest.approx(manifest["check"][k], rel=1e-5), k
