@@ -235,6 +235,7 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
     if evaluate or path.exists():
       fusion = _cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
   summary = {"scale": scale, "recipe": paper.SCALES[scale], "runs": evals, "fusion": fusion,
+             "scenes": f"{paper.SCALES[scale]['test_scenes']} held-out test scenes",
              "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),
              "devices": [str(d) for d in jax.devices()], "jax": jax.__version__}
   return summary

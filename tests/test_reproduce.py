@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pncnn_jax import models, pretrained, reproduce
+from pncnn_jax import models, paper, pretrained, reproduce
 from pncnn_jax.data import make_iterator, synthetic, synthetic_cache
 
 
@@ -78,14 +78,15 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path):
           str(results_md)]
   assert reproduce.main(args + ["--stage", "train"]) == 0
   for name in ("ncnn", "ncnn_conf_l1_masked"):
-    assert reproduce.finished(wd, reproduce.RUNS_BY_NAME[name], "smoke")
+    assert paper.finished(wd, paper.RUNS_BY_NAME[name], "smoke")
   ckpt_mtime = max(p.stat().st_mtime for p in (wd / "runs" / "ncnn" / "checkpoints").rglob("*"))
   assert reproduce.main(args + ["--ship", str(ship)]) == 0  # training is skipped: both runs are finished
   assert max(p.stat().st_mtime for p in (wd / "runs" / "ncnn" / "checkpoints").rglob("*")) == ckpt_mtime
   text = results_md.read_text()
   assert "| `ncnn` | 481 |" in text and "| `ncnn_conf_l1_masked` | 334,498 |" in text
   summary = json.loads(results_md.with_suffix(".json").read_text())
-  assert set(summary["runs"]) == {"ncnn", "ncnn_conf_l1_masked"} and "pncnn" in summary["not_finished"]
+  assert set(summary["runs"]) == {"ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked"}
+  assert "pncnn" in summary["not_finished"]
   c0 = summary["runs"]["ncnn_conf_l1_masked"]["c0"]
   assert 0.0 <= c0["auroc"] <= 1.0 and c0["c0_mean_empty"] == 0.0  # masked: empty pixels carry no confidence
   claims = {c["claim"]: c["holds"] for c in summary["claims"]}
@@ -94,7 +95,7 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path):
     assert (results_md.parent / "results" / fig).stat().st_size > 10_000
   variables, manifest = pretrained.load("synthetic:ncnn_conf_l1_masked", root=ship.parent)
   assert manifest["mask_input_confidence"] is True and manifest["step"] == 6
-  assert manifest["config"]["variant"] == "ncnn_conf_l1" and manifest["config"]["mask_input_confidence"] is True
+  assert manifest["config"]["variant"] == "ncnn_conf_l1" and manifest["config"]["model"]["mask_input_confidence"] is True
   import ml_collections
   from pncnn_jax import results
   again = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
