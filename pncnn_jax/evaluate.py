@@ -282,18 +282,23 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
                         output_dir: str | None = None, progress: bool = True) -> tuple[EvalResult, dict[str, str]]:
   """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
   `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`).
-  The checkpoint (any kind, `loader.load`) must hold `config.variant`; the model is the config's."""
+  The checkpoint (any kind, `loader.load`, shipped names 'synthetic:<name>' included) must hold `config.variant`;
+  the model is the config's, except `mask_input_confidence`, which is part of what the weights were trained as and
+  is taken from the checkpoint when it records it."""
   loss_name = config_lib.variant_loss(config)
   ckpt = loader.load(checkpoint, workdir=workdir, variant=config.variant)
   variables, meta = ckpt.variables, ckpt.meta
-  model = config_lib.build_model(config)
+  settings = config_lib.model_settings(config)
+  if "mask_input_confidence" in ckpt.model_settings:
+    settings["mask_input_confidence"] = bool(ckpt.model_settings["mask_input_confidence"])
+  model = config_lib.build_model({"variant": config.variant, "model": settings})
   if pairs_dir:
     batches = kitti_pair_batches(pairs_dir, (config.data.eval_crop_height, config.data.eval_crop_width))
   else:
     batches = config_lib.eval_iterator(config)
   result = run_evaluation(model, variables, batches, loss_name=loss_name, metric_set=config.metrics,
                           max_batches=config.num_eval_batches, num_panels=config.num_panels, progress=progress)
-  tag = checkpoint if checkpoint in ("best", "latest") else pathlib.Path(checkpoint).name.split(".")[0]
+  tag = checkpoint if checkpoint in ("best", "latest") else pathlib.Path(checkpoint.replace(":", "_")).name.split(".")[0]
   if output_dir is None:
     if not workdir:
       raise ValueError("give --workdir (or an output directory) for the reports")

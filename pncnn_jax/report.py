@@ -151,9 +151,9 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
       "(LiDAR points more than 1 m off the camera-visible surface), over all input points and within deciles of "
       "the input depth.",
       "",
-      "**Convergence.** A run counts as converged when its validation RMSE changed by less than "
-      f"{100 * results.FLAT_TOLERANCE:.0f} % over the last 30 % of the lr-0.01 phase (the lr drop then only "
-      "polishes); the last column says so, or gives the change.",
+      "**Convergence.** A run counts as converged when the best validation RMSE of the last 30 % of its lr-0.01 "
+      f"phase is within {100 * results.FLAT_TOLERANCE:.0f} % of the best before it (the best, so that one diverged "
+      "validation does not decide; the lr drop then only polishes); the last column says so, or gives the change.",
       "",
   ]
 
@@ -201,7 +201,10 @@ def _why(runs: dict[str, Any]) -> str:
       "for clean points).\n\n"
       f"Measured after this recipe: the official `pncnn` has mean c0 {a['c0_mean_empty']:.3g} at empty pixels, "
       f"{a['c0_mean_clean']:.3g} at clean and {a['c0_mean_disturbed']:.3g} at disturbed input points (disturbed "
-      f"{rel} than clean; AUROC {a['auroc']:.2f}, {a['auroc_depth_bins']:.2f} within depth deciles), and MAE "
+      f"{rel} than clean; AUROC {a['auroc']:.2f}, {a['auroc_depth_bins']:.2f} within depth deciles). The empty "
+      f"pixels hold {100 * a['empty_weight_share']:.0f} % of all the input confidence it gives NConv, and at clean "
+      f"points its c0 follows the depth (rank correlation {a['c0_depth_rank_corr_clean']:+.2f}; masked: "
+      f"{b['c0_depth_rank_corr_clean']:+.2f}). Its MAE is "
       f"{ma['mae']:.0f} mm / RMSE {ma['rmse']:.0f} mm. With `mask_input_confidence` the empty pixels carry no "
       "weight, so c0 can only weigh measurements against each other: `pncnn_masked` reaches AUROC "
       f"{b['auroc']:.2f} ({b['auroc_depth_bins']:.2f} within depth deciles), mean c0 {b['c0_mean_disturbed']:.3g} "

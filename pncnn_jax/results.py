@@ -36,7 +36,8 @@ AUROC_AIM = 0.8  # (b): AUROC of low c0 for disturbed points, over all points an
 C0_RATIO_MAX = 0.5  # (b): mean c0 on disturbed points at most half the mean on clean points
 AUSE_RATIO_MAX = 0.5  # (c): pNCNN AUSE at most half of NCNN-Conf's (the paper: 0.05 vs 0.31)
 ACCURACY_TOLERANCE = 0.10  # (d): pNCNN MAE and RMSE within 10 % of NCNN-Conf-L1's (the paper: ~10 %)
-FLAT_TOLERANCE = 0.02  # convergence: val RMSE changed by < 2 % over the last 30 % of the lr-0.01 phase
+FLAT_TOLERANCE = 0.02  # convergence: best val RMSE moved < 2 % in the last 30 % of the lr-0.01 phase
+EVAL_VERSION = 2  # bump when what an evaluation measures changes: cached evaluations of another version are redone
 HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
 
 
@@ -93,12 +94,16 @@ def c0_statistics(model, variables, batches) -> dict[str, Any]:
       per_bin.append(uncertainty.auroc(-c0[m], dis[m]))
       weights.append(int(dis[m].sum()))
   log_c0 = np.log10(np.maximum(c0, 1e-30))
+  rank = lambda a: np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(np.float64)
+  clean_rank_corr = float(np.corrcoef(rank(c0[~dis]), rank(z[~dis]))[0, 1]) if (~dis).sum() > 2 else float("nan")
   return {
       "auroc": uncertainty.auroc(-c0, dis),
       "auroc_depth_bins": float(np.average(per_bin, weights=weights)) if per_bin else float("nan"),
       "auroc_per_depth_bin": per_bin, "depth_bin_edges_m": edges.tolist(),
       "c0_mean_disturbed": float(c0[dis].mean()), "c0_mean_clean": float(c0[~dis].mean()),
       "c0_mean_empty": empty_sum / max(empty_n, 1), "empty_fraction": empty_n / max(empty_n + dis.size, 1),
+      "empty_weight_share": empty_sum / max(empty_sum + float(c0.sum()), 1e-30),
+      "c0_depth_rank_corr_clean": clean_rank_corr,
       "disturbed_fraction": float(dis.mean()), "num_points": int(dis.size),
       "mean_depth_disturbed_m": float(z[dis].mean()), "mean_depth_clean_m": float(z[~dis].mean()),
       "hist_edges_log10": HIST_BINS.tolist(),
@@ -108,20 +113,21 @@ def c0_statistics(model, variables, batches) -> dict[str, Any]:
 
 
 def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
-  """The validation curve and whether it is flat: the val RMSE at the end of the lr-0.01 phase differs by less
-  than FLAT_TOLERANCE (relative) from its value 30 % of that phase earlier (the lr drop afterwards only
-  polishes). A curve still falling more than that is reported as not converged."""
+  """The validation curve and whether it is flat: the best val RMSE of the last 30 % of the lr-0.01 phase is within
+  FLAT_TOLERANCE (relative) of the best before it (best, not last: one diverged validation must not decide; the
+  lr drop afterwards only polishes). A curve still falling more than that is reported as not converged."""
   s = paper.SCALES[scale]
   rows = [json.loads(l) for l in (rundir / "metrics.jsonl").read_text().splitlines()]
   val = sorted({r["step"]: r for r in rows if r.get("split") == "val"}.values(), key=lambda r: r["step"])
   curve = [(r["step"], r["rmse"], r["mae"]) for r in val]
   decay = s["steps_per_epoch"] * s["lr_decay_epochs"]
-  end = [c for c in curve if c[0] <= decay]
+  phase = [c for c in curve if c[0] <= decay]
   ref_step = decay - 0.3 * decay
-  earlier = [c for c in end if c[0] <= ref_step]
+  earlier = [c[1] for c in phase if c[0] <= ref_step]
+  late = [c[1] for c in phase if c[0] > ref_step]
   change = None
-  if end and earlier:
-    change = (end[-1][1] - earlier[-1][1]) / earlier[-1][1]
+  if earlier and late:
+    change = (min(late) - min(earlier)) / min(earlier)
   return {"val_curve": curve, "rmse_change_last_30pct": change,
           "flat": change is not None and abs(change) < FLAT_TOLERANCE}
 
@@ -181,8 +187,10 @@ def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[s
 
 def _cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
   if path.exists() and path.stat().st_mtime >= fresh_after:
-    return json.loads(path.read_text())
-  value = compute()
+    value = json.loads(path.read_text())
+    if value.get("eval_version") == EVAL_VERSION:
+      return value
+  value = {**compute(), "eval_version": EVAL_VERSION}
   tmp = path.with_suffix(".tmp")
   tmp.write_text(json.dumps(value, indent=1, default=_jsonable) + "\n")
   tmp.replace(path)
