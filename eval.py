@@ -1,6 +1,7 @@
 r"""Evaluates a checkpoint: `python eval.py --config configs/kitti.py:pncnn --workdir DIR --checkpoint best`.
 
-`--checkpoint` is 'best' or 'latest' (of the run in --workdir), a pncnn_jax checkpoint directory, or an official
+`--checkpoint` is 'best' or 'latest' (of the run in --workdir), a pncnn_jax checkpoint directory, a shipped model
+(`synthetic:pncnn_masked`, see pncnn_jax/pretrained), or an official
 pNCNN `.pth.tar` / `.npz` state dict. Prints the metrics table and writes results.{json,csv,md},
 sparsification.png and panels.png to --output (default DIR/eval_<checkpoint>). `--pairs_dir` evaluates KITTI
 velodyne_raw/groundtruth PNG pairs found under a directory (bottom 352x1216 crop) instead of the config's split.

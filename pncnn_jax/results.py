@@ -277,6 +277,9 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
         "validation": {k: v for k, v in last_val.items() if k not in ("time", "split")},
         "test": {**evals.get(run.name, {}).get("metrics", {}), **evals.get(run.name, {}).get("uncertainty", {})},
     }
+    provenance = paper.run_dir(workdir, run) / "provenance.txt"  # how the run was trained, if not by this commit
+    if provenance.exists():
+      manifest["trained_by"] = provenance.read_text().strip()
     manifest["check"] = {"scenes": f"the first {CHECK_SCENES} validation scenes",
                          **check_metrics(config, variables)}
     pretrained.save(variables, manifest, directory, run.name)
