@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import export, lax
 
 from pncnn_jax.conv import NCONV_PRECISION, check_same_kernel
 from pncnn_jax.conv import same_conv as _lax_same_conv
@@ -158,11 +158,14 @@ def conv2d_same(x: Array, w: Array, precision=None) -> Array:
   """Stride-1 cross-correlation with symmetric zero padding k//2 (odd kernels): NHWC x HWIO -> NHWC.
 
   Same values and gradients as `lax.conv_general_dilated`; on CPU, wide layers (>= 16 input channels,
-  >= 65,536 output pixels) take their weight gradient from `_taps_weight_grad`.
+  >= 65,536 output pixels, all sizes concrete) take their weight gradient from `_taps_weight_grad`.
   """
   check_same_kernel("conv2d_same", x, w)
   ci = w.shape[2]
-  if ci >= TAPS_WGRAD_MIN_CHANNELS and math.prod(x.shape[:3]) >= TAPS_WGRAD_MIN_PIXELS:
+  # A symbolic size (`jax.export` with a symbolic batch) takes the library path: both paths compute the same
+  # forward values, they differ only in how the CPU weight gradient is computed.
+  if (ci >= TAPS_WGRAD_MIN_CHANNELS and not any(export.is_symbolic_dim(d) for d in x.shape[:3])
+      and math.prod(x.shape[:3]) >= TAPS_WGRAD_MIN_PIXELS):
     return _conv_taps_wgrad(x, w, precision)
   return _lax_same_conv(x, w, precision)
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import GOLDEN, REPO, SHARED, load_npz
+from pncnn_jax import pretrained
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -95,7 +96,7 @@ def test_committed_notebook_is_clean_and_colab_cells_are_guarded():
     if c.cell_type == "code":
       assert not c.outputs and c.execution_count is None, f"cell {i} has outputs: clear them before committing"
   tags = _cells_by_tag(nb)
-  for t in ("parameters", "colab", "data", "train", "metrics_table", "figures", "official_metrics"):
+  for t in ("parameters", "install", "colab", "data", "train", "metrics_table", "figures", "official_metrics"):
     assert t in tags, f"no cell tagged {t!r}"
   # Colab-only commands (shell escapes, Drive) live only in the guarded cell, under `if IN_COLAB:`.
   for i, c in enumerate(nb.cells):
@@ -167,3 +168,60 @@ def test_notebook_kitti_option_builds_tfds_from_a_folder(tmp_path):
   ex_text = _text(tags["data_example"])
   assert "64x128" in ex_text and "2011_09_26_drive_0001_sync/image_0" in ex_text, ex_text
   assert (tmp_path / "tfds" / "kitti_depth").is_dir()
+
+
+def test_install_cell_installs_the_checkout(tmp_path):
+  """The install cell, as CI runs it in the checkout: pip builds and installs the checkout itself (offline, no
+  dependencies, into a temporary folder), so a broken install cell or packaging fails here."""
+  site = tmp_path / "site"
+  nb = _execute(tmp_path, {"PNCNN_NOTEBOOK_INSTALL": "1",
+                           "PNCNN_PIP_ARGS": f"--no-deps --no-build-isolation --no-index --target {site}"},
+                keep_tags=("install",), timeout=300)
+  assert f"installed pncnn_jax from {REPO}" in _text(_cells_by_tag(nb)["install"])
+  for f in ("__init__.py", "export.py", "predict.py", "models.py"):
+    assert (site / "pncnn_jax" / f).is_file(), f
+
+
+def _install_fn():
+  """`install_pncnn` as defined by the committed install cell (its call is guarded: nothing runs here)."""
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  ns = {"IN_COLAB": False, "os": os, "sys": sys, "pathlib": pathlib}
+  env = {k: v for k, v in os.environ.items() if k != "PNCNN_NOTEBOOK_INSTALL"}
+  old = dict(os.environ)
+  os.environ.clear()
+  os.environ.update(env)
+  try:
+    exec(_cells_by_tag(nb)["install"].source, ns)  # noqa: S102
+  finally:
+    os.environ.clear()
+    os.environ.update(old)
+  return ns["install_pncnn"]
+
+
+def test_install_cell_fails_loudly_on_placeholder_or_unreachable_url(tmp_path):
+  install = _install_fn()
+  with pytest.raises(ValueError, match=r"REPO_URL='https://github.com/<org>/pncnn_jax' is a placeholder"):
+    install("https://github.com/<org>/pncnn_jax", tmp_path / "clone")
+  with pytest.raises(RuntimeError, match=r"cloning REPO_URL='file:///nonexistent/pncnn_jax.git'.*failed"):
+    install("file:///nonexistent/pncnn_jax.git", tmp_path / "clone")
+  assert not (tmp_path / "clone" / "configs").exists()
+
+
+@pytest.mark.slow
+def test_notebook_part2_without_uploads_uses_synthetic_scenes(tmp_path):
+  """Nothing uploaded (no official checkpoint, no KITTI frames): part 2 runs the shipped synthetic pNCNN
+  (`pncnn_jax.pretrained`, 'synthetic:pncnn_masked') when the package ships it, else part 1's model, on synthetic
+  scenes."""
+  nb = _execute(tmp_path, {"PNCNN_OFFICIAL_CHECKPOINT": str(tmp_path / "missing.pth.tar"),
+                           "PNCNN_KITTI_FRAMES": str(tmp_path / "missing_frames")})
+  tags = _cells_by_tag(nb)
+  report = json.loads((tmp_path / "out" / "official_metrics.json").read_text())
+  assert report["official"] is False and report["variant"] == "pncnn"
+  shipped = "pncnn_masked" in pretrained.available("synthetic")
+  assert report["checkpoint"] == ("synthetic:pncnn_masked" if shipped else str(tmp_path / "out" / "synthetic_pncnn"))
+  assert len(report["frames"]) == 4
+  for row in report["frames"].values():
+    for k in ("mae", "rmse", "ause_pncnn", "auce"):
+      assert isinstance(row[k], float) and math.isfinite(row[k]), (k, row[k])
+  assert len(_outputs(tags["official_figures"], "image/png")) == 2
+  assert "does not exist: using" in _text(tags["official_load"])

@@ -23,7 +23,7 @@ LAYERS = [
     ["config", "convert", "train_step"],
     ["loader", "fusion", "paper"],
     ["evaluate"],
-    ["ensemble", "predict"],
+    ["ensemble", "predict", "export"],
     ["train", "results"],
     ["report"],
     ["demo", "reproduce"],
