@@ -27,14 +27,6 @@ SHOWN = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2_masked", "
          "pncnn_exp_masked")
 
 
-def fresh_batches(config, scenes: int):
-  from pncnn_jax import data  # pylint: disable=g-import-not-at-top
-  d = config.data
-  return data.make_iterator(dict(dataset="synthetic", split="test", crop="center", crop_height=d.eval_crop_height,
-                                 crop_width=d.eval_crop_width, batch_size=8, synthetic_size=scenes,
-                                 synthetic_seed=FRESH_SEED, num_epochs=1, shuffle=False, drop_remainder=False))
-
-
 def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
   """results.evaluate_model of each shipped model on the fresh scenes; the summary report.write takes."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -46,8 +38,10 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
     t0 = time.time()
     variables, manifest = pretrained.load(f"synthetic:{name}")
     config = ml_collections.ConfigDict(manifest["config"])
-    runs[name] = results.evaluate_model(config, variables, lambda c=config: fresh_batches(c, scenes),
-                                        panels_path=root / "eval" / f"{name}_panels.npz")
+    crop = (config.data.eval_crop_height, config.data.eval_crop_width)
+    runs[name] = results.evaluate_model(
+        config, variables, lambda crop=crop: results.scene_batches(crop, scenes, scene_seed=FRESH_SEED),
+        panels_path=root / "eval" / f"{name}_panels.npz")
     runs[name].update({"name": name, "step": manifest["step"], "train_wall_s": manifest.get("train_wall_s")})
     m = runs[name]["metrics"]
     print(f"  {name:22s} MAE {m['mae']:7.1f} mm  RMSE {m['rmse']:7.1f} mm  "

@@ -44,14 +44,19 @@ HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
 CHECK_SCENES = 8  # the shipped weights' manifests record their metrics on the first 8 validation scenes
 
 
-def test_batches(scale: str, cache_dir: str, batch_size: int = 8, split: str = "test", size: int | None = None):
-  """The held-out scenes of the recipe (or, with split='val', its validation scenes), in order."""
+def scene_batches(crop: tuple[int, int], size: int, *, split: str = "test", scene_seed: int = 0,
+                  cache_dir: str | None = None, batch_size: int = 8):
+  """The first `size` synthetic scenes of a split, centre-cropped to `crop` (rows, columns), in order."""
+  return data.make_iterator(dict(dataset="synthetic", split=split, crop="center", crop_height=crop[0],
+                                 crop_width=crop[1], batch_size=batch_size, synthetic_size=size,
+                                 synthetic_seed=scene_seed, num_epochs=1, shuffle=False, drop_remainder=False,
+                                 synthetic_cache_dir=cache_dir or None))
+
+
+def heldout_batches(scale: str, cache_dir: str, batch_size: int = 8):
+  """The held-out test scenes of the recipe."""
   s = paper.SCALES[scale]
-  h, w = s["eval_crop"]
-  size = size or s["test_scenes" if split == "test" else "val_scenes"]
-  return data.make_iterator(dict(dataset="synthetic", split=split, crop="center", crop_height=h, crop_width=w,
-                                 batch_size=batch_size, synthetic_size=size, num_epochs=1,
-                                 shuffle=False, drop_remainder=False, synthetic_cache_dir=cache_dir))
+  return scene_batches(s["eval_crop"], s["test_scenes"], cache_dir=cache_dir, batch_size=batch_size)
 
 
 def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
@@ -59,10 +64,8 @@ def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
   model's manifest records and tests/test_pretrained.py re-measures)."""
   model = config_lib.build_model(config)
   d = config.data
-  batches = data.make_iterator(dict(dataset="synthetic", split="val", crop="center", crop_height=d.eval_crop_height,
-                                    crop_width=d.eval_crop_width, batch_size=CHECK_SCENES,
-                                    synthetic_size=CHECK_SCENES, num_epochs=1, shuffle=False, drop_remainder=False,
-                                    synthetic_cache_dir=cache_dir or None))
+  batches = scene_batches((d.eval_crop_height, d.eval_crop_width), CHECK_SCENES, split="val", cache_dir=cache_dir,
+                          batch_size=CHECK_SCENES)
   res = evaluate.run_evaluation(model, variables, batches, loss_name=config_lib.variant_loss(config))
   return {**res.metrics, **{k: v for k, v in res.uncertainty.items() if v is not None},
           **({"auroc_disturbed": res.auroc_disturbed} if res.auroc_disturbed is not None else {})}
@@ -151,7 +154,7 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
 
 def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str) -> dict[str, Any]:
   config, _, variables, meta = load_run(workdir, run, scale)
-  out = evaluate_model(config, variables, lambda: test_batches(scale, cache_dir),
+  out = evaluate_model(config, variables, lambda: heldout_batches(scale, cache_dir),
                        panels_path=workdir / "eval" / f"{run.name}_panels.npz")
   out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step"),
               "convergence": convergence(paper.run_dir(workdir, run), scale)})
@@ -169,7 +172,7 @@ def _oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str,
   """NCNN evaluated with its disturbed input points removed: a binary c0 that knew the labels."""
   run = paper.RUNS_BY_NAME["ncnn"]
   config, _, variables, meta = load_run(workdir, run, scale)
-  out = evaluate_model(config, variables, lambda: _without_disturbed(test_batches(scale, cache_dir)))
+  out = evaluate_model(config, variables, lambda: _without_disturbed(heldout_batches(scale, cache_dir)))
   out.update({"name": "ncnn_oracle_c0", "step": meta.get("step"), "group": "oracle"})
   return out
 
@@ -180,7 +183,7 @@ def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[s
   loaded = [load_run(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE]
   config, model = loaded[0][0], loaded[0][1]
   stacked = ensemble.stack_trees([v for _, _, v, _ in loaded])
-  rows = ensemble.evaluate_ensemble(model, stacked, test_batches(scale, cache_dir, 4),
+  rows = ensemble.evaluate_ensemble(model, stacked, heldout_batches(scale, cache_dir, 4),
                                     loss_name=config_lib.variant_loss(config))
   return {"members": list(paper.ENSEMBLE), "rows": rows}
 
