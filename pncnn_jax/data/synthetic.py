@@ -40,6 +40,8 @@ from typing import Optional
 
 import numpy as np
 
+from pncnn_jax.data import raycast
+
 # KITTI val_selection_cropped intrinsics (../shared/data/kitti_depth_mini/intrinsics_*.txt).
 KITTI_FX = 721.5377
 KITTI_FY = 721.5377
@@ -214,98 +216,9 @@ def make_scene(rng: np.random.Generator) -> Scene:
   return Scene(as_arr(boxes, 7), as_arr(cyls, 5), as_arr(sphs, 4), float(yaw))
 
 
-# ----------------------------------------------------------------------------- ray casting
-# Each _hit_* takes a ray origin o (3,) and directions d (..., 3) in the street frame and returns
-# the ray parameter t (...,) of the first hit with t > eps (inf where it misses); point = o + t d.
-
-_EPS = 1e-3
-
-
-def _hit_plane_y(o, d, y):
-  with np.errstate(divide="ignore", invalid="ignore"):
-    t = (y - o[1]) / d[..., 1]
-  return np.where(t > _EPS, t, np.inf)
-
-
-def _hit_box(o, d, b):
-  cx, cy, cz, hx, hy, hz, yaw = (float(v) for v in b)
-  c, s = math.cos(yaw), math.sin(yaw)
-  rx, ry, rz = o[0] - cx, o[1] - cy, o[2] - cz
-  # Into the box frame (inverse of the yaw rotation x' = c x - s z ... written for R_y(yaw)).
-  ox, oz = c * rx - s * rz, s * rx + c * rz
-  dx = c * d[..., 0] - s * d[..., 2]
-  dz = s * d[..., 0] + c * d[..., 2]
-  dy = d[..., 1]
-  with np.errstate(divide="ignore", invalid="ignore"):
-    ix, iy, iz = 1.0 / dx, 1.0 / dy, 1.0 / dz
-    ax, bx = (-hx - ox) * ix, (hx - ox) * ix
-    ay, by = (-hy - ry) * iy, (hy - ry) * iy
-    az, bz = (-hz - oz) * iz, (hz - oz) * iz
-    tn = np.maximum(np.maximum(np.minimum(ax, bx), np.minimum(ay, by)), np.minimum(az, bz))
-    tf = np.minimum(np.minimum(np.maximum(ax, bx), np.maximum(ay, by)), np.maximum(az, bz))
-  return np.where((tn <= tf) & (tn > _EPS), tn, np.inf)
-
-
-def _hit_cylinder(o, d, cyl):
-  px, pz, r, y0, y1 = (float(v) for v in cyl)
-  ox, oz = o[0] - px, o[2] - pz
-  dx, dy, dz = d[..., 0], d[..., 1], d[..., 2]
-  a = dx * dx + dz * dz
-  b = ox * dx + oz * dz
-  cc = ox * ox + oz * oz - r * r
-  with np.errstate(divide="ignore", invalid="ignore"):
-    disc = b * b - a * cc
-    t = (-b - np.sqrt(disc)) / a
-    y = o[1] + t * dy
-    side = np.where((disc >= 0) & (t > _EPS) & (y >= y0) & (y <= y1), t, np.inf)
-    tc = (y0 - o[1]) / dy  # top cap
-    xc, zc = ox + tc * dx, oz + tc * dz
-    cap = np.where((tc > _EPS) & (xc * xc + zc * zc <= r * r), tc, np.inf)
-  return np.minimum(side, cap)
-
-
-def _hit_sphere(o, d, sph):
-  sx, sy, sz, r = (float(v) for v in sph)
-  ox, oy, oz = o[0] - sx, o[1] - sy, o[2] - sz
-  a = np.sum(d * d, axis=-1)
-  b = ox * d[..., 0] + oy * d[..., 1] + oz * d[..., 2]
-  cc = ox * ox + oy * oy + oz * oz - r * r
-  with np.errstate(divide="ignore", invalid="ignore"):
-    disc = b * b - a * cc
-    t = (-b - np.sqrt(disc)) / a
-  return np.where((disc >= 0) & (t > _EPS), t, np.inf)
-
-
-def _solids(scene: Scene):
-  """(hit function, parameters, axis-aligned bounding box corners (8, 3)) for every solid."""
-  out = []
-  for b in scene.boxes:
-    cx, cy, cz, hx, hy, hz, yaw = b
-    ext = abs(math.cos(yaw)) * hx + abs(math.sin(yaw)) * hz, hy, abs(math.sin(yaw)) * hx + abs(math.cos(yaw)) * hz
-    out.append((_hit_box, b, (cx - ext[0], cx + ext[0], cy - ext[1], cy + ext[1], cz - ext[2], cz + ext[2])))
-  for c in scene.cylinders:
-    px, pz, r, y0, y1 = c
-    out.append((_hit_cylinder, c, (px - r, px + r, y0, y1, pz - r, pz + r)))
-  for s in scene.spheres:
-    sx, sy, sz, r = s
-    out.append((_hit_sphere, s, (sx - r, sx + r, sy - r, sy + r, sz - r, sz + r)))
-  return out
-
-
-def _corners(bb):
-  x0, x1, y0, y1, z0, z1 = bb
-  return np.array([[x, y, z] for x in (x0, x1) for y in (y0, y1) for z in (z0, z1)], np.float64)
-
-
-def _yaw_matrix(yaw):
-  """Street-from-camera rotation about +y: d_street = d_cam @ R.T."""
-  c, s = math.cos(yaw), math.sin(yaw)
-  return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
-
-
 def _render_camera(scene, cfg, top, left, h, w):
   """Dense z-buffer depth (h, w) float32 metres (inf = sky) of a window of the camera frame."""
-  rot = _yaw_matrix(scene.yaw)
+  rot = raycast.yaw_matrix(scene.yaw)
   u = np.arange(left, left + w, dtype=np.float32)
   v = np.arange(top, top + h, dtype=np.float32)
   d_cam = np.empty((h, w, 3), np.float32)
@@ -314,9 +227,9 @@ def _render_camera(scene, cfg, top, left, h, w):
   d_cam[..., 2] = 1.0
   d = d_cam @ rot.T.astype(np.float32)
   o = np.zeros(3, np.float32)
-  depth = _hit_plane_y(o, d, scene.ground_y).astype(np.float32)  # t = z because d_cam z = 1
-  for hit, params, bb in _solids(scene):
-    pc = _corners(bb) @ rot  # street -> camera (rot is orthonormal)
+  depth = raycast.hit_plane_y(o, d, scene.ground_y).astype(np.float32)  # t = z because d_cam z = 1
+  for hit, params, bb in raycast.solids(scene):
+    pc = raycast.corners(bb) @ rot  # street -> camera (rot is orthonormal)
     if np.all(pc[:, 2] > 0.1):
       us = cfg.fx * pc[:, 0] / pc[:, 2] + cfg.cx - left
       vs = cfg.fy * pc[:, 1] / pc[:, 2] + cfg.cy - top
@@ -365,11 +278,11 @@ def _render_lidar(scene, cfg, rng, top, left, h, w):
   az_hi = math.degrees(math.atan((left + w - 1 - cfg.cx) / cfg.fx)) + 4.0
   cols = (-az >= az_lo) & (-az <= az_hi)  # LiDAR azimuth is to the left (+y), camera u to the right
   d_cam, noise, keep_u = d_cam[:, cols], noise[:, cols], keep_u[:, cols]
-  rot = _yaw_matrix(scene.yaw)
+  rot = raycast.yaw_matrix(scene.yaw)
   d = (d_cam @ rot.T).astype(np.float32)
   o = (rot @ LIDAR_ORIGIN).astype(np.float32)
-  t = _hit_plane_y(o, d, scene.ground_y)
-  for hit, params, _ in _solids(scene):
+  t = raycast.hit_plane_y(o, d, scene.ground_y)
+  for hit, params, _ in raycast.solids(scene):
     np.minimum(t, hit(o, d, params), out=t)
   rng_m = t  # |d| = 1, so t is the range in metres
   p_drop = cfg.dropout + cfg.far_dropout * np.minimum(rng_m / cfg.max_range_m, 1.0) ** 2
