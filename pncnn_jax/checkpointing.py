@@ -247,6 +247,12 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
   return _variables_from_state(state, str(path)), meta
 
 
+def non_finite_leaves(tree: PyTree) -> list[str]:
+  """The paths (e.g. "['params']['conv1']['w_p']") of the leaves of `tree` holding NaN or inf."""
+  return [jax.tree_util.keystr(path) for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+          if not np.isfinite(np.asarray(x)).all()]
+
+
 def abstract_like(tree: PyTree, sharding: jax.sharding.Sharding | None = None) -> PyTree:
   """`jax.ShapeDtypeStruct`s of `tree`'s leaves, optionally all placed with `sharding` (a restore target)."""
   def leaf(x):

@@ -162,3 +162,23 @@ def test_predict_keeps_going_past_a_tiny_image(pncnn_checkpoint, tmp_path, capsy
   assert io.read_kitti_depth(out / "a_tiny.png").shape == (5, 6) and (out / "b.png").exists()
   err = capsys.readouterr().err
   assert err.count("c_broken.png") == 1 and "1 file(s) failed" in err
+
+
+def test_poisoned_weights_are_refused(tmp_path, capsys):
+  """Issue 13.5: convert accepted an .npz with NaN weights and predict then wrote all-zero depth with exit 0."""
+  from conftest import WEIGHTS  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import convert  # pylint: disable=g-import-not-at-top
+  sd = dict(np.load(WEIGHTS / "kitti_ncnn_conf_l1.npz"))
+  name = sorted(k for k in sd if sd[k].dtype.kind == "f")[0]
+  sd[name] = sd[name].copy()
+  sd[name].flat[0] = np.nan
+  poisoned = tmp_path / "kitti_ncnn_conf_l1.npz"
+  np.savez(poisoned, **sd)
+  with pytest.raises(convert.CheckpointFormatError, match=r"kitti_ncnn_conf_l1.npz: 1 weight tensor\(s\) hold NaN"):
+    convert.load_official(poisoned)
+  _sparse_png(tmp_path / "a.png")
+  assert predict.main(["--checkpoint", str(poisoned), "--input", str(tmp_path / "a.png"), "--output",
+                       str(tmp_path / "out")]) == 2
+  assert "kitti_ncnn_conf_l1.npz" in capsys.readouterr().err and not (tmp_path / "out").exists()
+  assert convert.main(["--input", str(poisoned), "--output", str(tmp_path / "conv")]) == 1
+  assert not (tmp_path / "conv").exists()
