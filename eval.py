@@ -31,6 +31,12 @@ def main(argv):
   if _MULTIHOST.value:
     jax.distributed.initialize()
   from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  try:
+    config_lib.check_config(_CONFIG.value, training=False)
+  except config_lib.ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   if not _WORKDIR.value and not _OUTPUT.value:
     raise app.UsageError("give --workdir or --output (where the reports go)")
   if "ensemble" in _CONFIG.value:  # members and fusion rules side by side (paper Table 3)
@@ -44,11 +50,13 @@ def main(argv):
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
                                  output_dir=_OUTPUT.value)
-  except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError included)
+  except (ValueError, FileNotFoundError, FloatingPointError) as e:  # bad input (DepthFileError, CheckpointFormatError
+    # included) or a diverged checkpoint
     sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":
   from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
   hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
-  app.run(main)
+  from pncnn_jax import cli  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -25,9 +25,13 @@ def main(argv):
   if _MULTIHOST.value:
     jax.distributed.initialize()
   from pncnn_jax import evaluate, train  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
   try:
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except ConfigError as e:  # a setting out of range: nothing was started
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:  # bad input or a diverged run: no traceback
     sys.exit(f"error: {e}")
   if summary and jax.process_index() == 0:
@@ -42,4 +46,5 @@ def main(argv):
 if __name__ == "__main__":
   from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
   hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
-  app.run(main)
+  from pncnn_jax import cli  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=cli.parse_flags_or_exit)

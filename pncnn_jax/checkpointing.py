@@ -9,7 +9,9 @@ Two kinds of checkpoint:
 
 Atomicity: orbax writes every step into a temporary directory and renames it when complete, so a crash during a
 save leaves at most a stray `<step>.orbax-checkpoint-tmp-*` directory; it is never listed as a step and is
-removed when the next Checkpointer opens the run (`cleanup_tmp_directories`).
+removed when the next *writing* Checkpointer opens the run (`cleanup_tmp_directories`: the training process, at
+its start). Readers (`restore_variables`, hence the loader, eval, predict) open the run with `read_only=True`,
+which creates, deletes, moves and locks nothing: a running training's half-written step is left alone.
 """
 
 from __future__ import annotations
@@ -56,10 +58,12 @@ class Checkpointer:
     keep_best: also keep the best step by `best_metric` (lowest).
     best_metric: key of the `metrics` dict given to `save` that ranks steps (lower is better).
     async_save: write checkpoints in a background thread (call `wait()` before reading them elsewhere).
+    read_only: a reader of someone else's run: no directory is created and no temporary folder removed (a
+      training may be writing one); `save` is refused.
   """
 
   def __init__(self, workdir: str | os.PathLike, max_to_keep: int = 3, keep_best: bool = True,
-               best_metric: str = "rmse", async_save: bool = True):
+               best_metric: str = "rmse", async_save: bool = True, read_only: bool = False):
     if not isinstance(max_to_keep, int) or max_to_keep < 1:
       raise ValueError(f"Checkpointer: max_to_keep must be an int >= 1, got {max_to_keep!r}")
     self.workdir = _abs_dir(workdir, "Checkpointer workdir")
@@ -73,10 +77,12 @@ class Checkpointer:
         best_fn=self._metric,  # records metrics with each step and defines best_step()
         best_mode="min",
         preservation_policy=ocp_pp.AnyPreservationPolicy(policies),
-        create=True,
-        cleanup_tmp_directories=True,
-        enable_async_checkpointing=async_save,
+        create=not read_only,
+        cleanup_tmp_directories=not read_only,
+        read_only=read_only,
+        enable_async_checkpointing=async_save and not read_only,
     )
+    self.read_only = read_only
     self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=(STATE_ITEM, META_ITEM))
 
   def _metric(self, metrics: Mapping[str, Any]) -> float:
@@ -87,6 +93,8 @@ class Checkpointer:
     """Saves `state` (a pytree of arrays) with JSON `metadata` at `step`; `metrics` (JSON, must hold a finite
     `best_metric`, e.g. validation RMSE) rank the step for `best_step()`."""
     step = int(step)
+    if self.read_only:
+      raise ValueError(f"Checkpointer.save(step={step}): {self.directory} was opened read-only")
     metadata = _check_metadata(metadata, f"Checkpointer.save(step={step})")
     if metrics is not None:
       value = metrics.get(self.best_metric) if isinstance(metrics, Mapping) else None
@@ -229,7 +237,7 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
   if not (workdir / CHECKPOINT_SUBDIR).is_dir():
     raise ValueError(f"{path} is not a pncnn_jax checkpoint: expected {VARIABLES_ITEM}/ (model checkpoint), "
                      f"{STATE_ITEM}/ (a training step) or {CHECKPOINT_SUBDIR}/ (a training workdir)")
-  ckpt = Checkpointer(workdir, async_save=False)
+  ckpt = Checkpointer(workdir, async_save=False, read_only=True)  # a training may be writing here
   try:
     if step == "best" and ckpt.best_step() is None:
       step = "latest"
@@ -237,6 +245,12 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
   finally:
     ckpt.close()
   return _variables_from_state(state, str(path)), meta
+
+
+def non_finite_leaves(tree: PyTree) -> list[str]:
+  """The paths (e.g. "['params']['conv1']['w_p']") of the leaves of `tree` holding NaN or inf."""
+  return [jax.tree_util.keystr(path) for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+          if not np.isfinite(np.asarray(x)).all()]
 
 
 def abstract_like(tree: PyTree, sharding: jax.sharding.Sharding | None = None) -> PyTree:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import pathlib
 from collections.abc import Mapping
@@ -153,3 +154,39 @@ def member_seeds(config: ml_collections.ConfigDict) -> list[int]:
   if len(seeds) != int(e.num_members) or len(set(seeds)) != len(seeds):
     raise ValueError(f"config.ensemble.seeds must be {e.num_members} distinct ints, got {seeds}")
   return seeds
+
+
+class ConfigError(ValueError):
+  """A config value out of range (`check_config`): the command lines print it in one line and exit with 2."""
+
+
+def check_config(config: ml_collections.ConfigDict, *, training: bool = True) -> None:
+  """Checks the ranges a run needs before it starts (ConfigError naming the field otherwise): learning_rate > 0
+  and finite, num_epochs >= 1 and batch_size >= 1 (training), eval_batch_size >= 1, crop sizes >= 1 for the
+  crops in use."""
+  def need(ok: bool, field: str, rule: str) -> None:
+    if not ok:
+      value = config
+      for k in field.split("."):
+        value = value.get(k) if hasattr(value, "get") else None
+      raise ConfigError(f"config.{field}={value!r}: must be {rule}")
+
+  def is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+  d = config.data
+  if training:
+    lr = config.learning_rate
+    need(isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0, "learning_rate", "a finite number > 0")
+    need(is_int(config.num_epochs) and config.num_epochs >= 1, "num_epochs", "an integer >= 1")
+    need(is_int(config.batch_size) and config.batch_size >= 1, "batch_size", "an integer >= 1")
+    need(is_int(config.steps_per_epoch) and (config.steps_per_epoch >= 1 or config.steps_per_epoch == -1),
+         "steps_per_epoch", "an integer >= 1, or -1 (one pass over the split)")
+  need(is_int(config.eval_batch_size) and config.eval_batch_size >= 1, "eval_batch_size", "an integer >= 1")
+  for kind in ("train", "eval") if training else ("eval",):
+    if d.get(f"{kind}_crop", "none") != "none":
+      for dim in ("height", "width"):
+        v = d.get(f"{kind}_crop_{dim}")
+        need(is_int(v) and v >= 1, f"data.{kind}_crop_{dim}", f"an integer >= 1 (the {kind} crop is "
+             f"{d.get(f'{kind}_crop')!r})")
+

@@ -344,6 +344,8 @@ def load_official(path: str | os.PathLike, variant: str | None = None) -> tuple[
   _check_variant(variant, conf_act, var, src)
   info["variant"] = variant
   info["dataset"] = _dataset_name(info["args"], stem)
+  if bad := checkpointing.non_finite_leaves(variables):  # poisoned weights would give all-zero depth, exit 0
+    raise CheckpointFormatError(f"{src}: {len(bad)} weight tensor(s) hold NaN or inf, e.g. {bad[0]}; refusing them")
   return variables, info
 
 

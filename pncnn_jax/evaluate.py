@@ -136,6 +136,9 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
     else:
       keep = np.arange(padded) < b
     depth, conf = np.asarray(out.depth)[keep], np.asarray(out.confidence)[keep]
+    if not np.isfinite(depth).all():  # a diverged model: say so, not what the AUSE makes of NaN
+      raise FloatingPointError(f"evaluation batch {i}: {int((~np.isfinite(depth)).sum())} of {depth.size} predicted "
+                               "depths are not finite (the model's weights have diverged)")
     c0 = np.asarray(out.input_confidence)[keep]
     mean_acc.update({k: np.asarray(v)[keep] for k, v in per_image.items()})
     prec = losses.precision_of(conf, loss_name)

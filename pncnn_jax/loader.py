@@ -88,6 +88,9 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
       variables, meta = convert.load_official(path, variant=variant)
     else:
       variables, meta = checkpointing.restore_variables(path, step=step)
+  if bad := checkpointing.non_finite_leaves(variables):
+    raise ValueError(f"--checkpoint={checkpoint}: {len(bad)} weight tensor(s) hold NaN or inf, e.g. {bad[0]} (a "
+                     "diverged or corrupted model); refusing it")
   stored = meta.get("variant")
   if variant is not None and stored is not None and stored != variant:
     raise ValueError(f"--checkpoint={checkpoint} holds variant {stored!r}, not {variant!r}")

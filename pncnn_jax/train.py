@@ -21,8 +21,11 @@ A run lives in its workdir:
 
 Rerunning the same command resumes exactly: parameters, optimizer and BatchNorm state, step (hence the learning
 rate, a function of the step) and the position of the data stream are restored from the latest checkpoint.
-A non-finite loss or gradient stops the run with `FloatingPointError`; nothing is saved after it, so the last
-checkpoint is the last good state.
+After every step the loss, the gradients (and their norm), the parameters (and their norm) and the BatchNorm
+statistics are checked (`train_step.state_is_finite`); a failure, or non-finite validation predictions, stops the
+run with `FloatingPointError` before anything is saved, so every checkpoint passes the check and the latest is the
+last good state. A checkpoint that fails it (written by an older version) is refused on resume, with the steps to
+resume from instead.
 """
 
 from __future__ import annotations
@@ -243,6 +246,16 @@ def _ensemble_job(config, mesh: Mesh, spe: int, loss_name: str, workdir: pathlib
 # The loop
 
 
+def _last_good(ckpt: checkpointing.Checkpointer) -> str:
+  """What a divergence message tells the user: the last good step and how to go on."""
+  steps = ckpt.all_steps()
+  if not steps:
+    return "Nothing was saved; lower config.learning_rate and rerun."
+  return (f"Nothing was saved after the last good checkpoint, step {steps[-1]}; a rerun resumes from it (and "
+          f"diverges again unless config.learning_rate is lowered). To resume from an earlier step, remove the later "
+          f"step folders under {ckpt.directory} (kept steps: {steps}).")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
                        *, stop_after_steps: int | None = None) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming from its latest checkpoint), validating every epoch.
@@ -257,7 +270,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     the last validation summary ({'step', 'val': {...}}, for an ensemble also 'rows': every member and fusion
     rule), or {} if no validation ran.
   """
+  config_lib.check_config(config)  # ConfigError (a ValueError) before anything is created
   workdir = pathlib.Path(os.path.abspath(os.fspath(workdir)))
+  if workdir.exists() and not workdir.is_dir():
+    raise ValueError(f"--workdir {workdir} is a file, not a folder")
   workdir.mkdir(parents=True, exist_ok=True)
   loss_name = config_lib.variant_loss(config)
   mesh = sharding.make_mesh()
@@ -281,6 +297,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     target = checkpointing.abstract_like(ts.state_to_tree(state), sharding.replicated(mesh))
     tree, meta = ckpt.restore(latest, target=target)
     state = ts.tree_to_state(state, tree)
+    if not bool(jax.device_get(ts.state_is_finite(state))):  # an ensemble: all members at once
+      earlier = [s for s in ckpt.all_steps() if s < latest]
+      raise FloatingPointError(
+          f"checkpoint {latest} in {workdir} holds non-finite or overflowing parameters or BatchNorm statistics: the "
+          f"run diverged before it was saved. To resume from an earlier step, remove {ckpt.directory / str(latest)}"
+          + (f" (earlier steps: {earlier})" if earlier else " (no earlier step: use a new --workdir)")
+          + " and lower config.learning_rate.")
     if meta.get("variant") != config.variant:
       raise ValueError(f"checkpoint {latest} in {workdir} is of variant {meta.get('variant')!r}, the config asks "
                        f"for {config.variant!r}")
@@ -317,10 +340,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         if not np.all(m["is_finite"]):
           members = (f" in members {np.flatnonzero(~np.asarray(m['is_finite'])).tolist()}" if is_ensemble else "")
           raise FloatingPointError(
-              f"non-finite loss or gradient at step {done}{members} (loss={np.asarray(m['loss']).tolist()}, "
-              f"grad_norm={np.asarray(m['grad_norm']).tolist()}) of {config.variant} in {workdir}: stopping. The "
-              f"last good checkpoint is step {ckpt.latest_step()} (nothing was saved after it); lower "
-              "config.learning_rate or check the data.")
+              f"the run diverged at step {done}{members}: non-finite loss, gradient, parameter or BatchNorm statistic "
+              f"(loss={np.asarray(m['loss']).tolist()}, grad_norm={np.asarray(m['grad_norm']).tolist()}, "
+              f"param_norm={np.asarray(m['param_norm']).tolist()}) of {config.variant} in {workdir}. "
+              + _last_good(ckpt))
         lr = float(schedule(step))
         window.append(job.flat(m) | {"lr": lr})
         if bar is not None:
@@ -338,7 +361,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       is_epoch_end = done % spe == 0
       is_eval = is_epoch_end or (config.eval_every_steps > 0 and done % config.eval_every_steps == 0)
       if is_eval or done == total_steps:
-        val, summary = job.validate(state)
+        try:
+          val, summary = job.validate(state)
+        except FloatingPointError as e:
+          raise FloatingPointError(f"the run diverged at step {done} of {config.variant} in {workdir}: validation: "
+                                   f"{e}. " + _last_good(ckpt)) from e
         summary = {"step": done, **summary}
         writer.write(done, "val", val)
         if bar is not None:

@@ -102,19 +102,36 @@ def batch_errors(pred: Array, target: Array) -> dict[str, Array]:
   return {"mae": jnp.sum(jnp.abs(err)) / n, "rmse": jnp.sqrt(jnp.sum(err * err) / n)}
 
 
+def all_finite(tree: Any) -> Array:
+  """True iff every element of every leaf of `tree` is finite (True for an empty tree)."""
+  return jnp.all(jnp.array([True] + [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+def state_is_finite(state: TrainState) -> Array:
+  """The health check of a state: its parameters, their global L2 norm (which overflows float32 once an element
+  passes ~1e19, where the network's activations overflow too) and its BatchNorm statistics are finite.
+
+  The training loop applies it after every step, before anything is saved, and to the state it resumes from.
+  """
+  return all_finite(state.params) & jnp.isfinite(optax.tree.norm(state.params)) & all_finite(state.batch_stats)
+
+
 def train_step(state: TrainState, batch: dict[str, Array], *, loss_name: str) -> tuple[TrainState, dict[str, Array]]:
   """One optimisation step: forward in train mode, loss, backward, Adam update, BatchNorm statistics update.
 
   Metrics (scalars): loss, mae and rmse (metres, from this step's train-mode prediction, before the update, as
-  the reference's training CSV), grad_norm and param_norm (global L2), and is_finite (loss and gradients).
+  the reference's training CSV), grad_norm and param_norm (global L2), and is_finite: the loss, the gradients
+  and their norm, and the updated state (`state_is_finite`: parameters, their norm, BatchNorm statistics).
   """
   (loss, (out, new_stats)), grads = loss_and_grads(state, state.params, batch, loss_name)
   new_state = state.apply_gradients(grads=grads, batch_stats=new_stats)
+  grad_norm = optax.tree.norm(grads)
   metrics = {
       "loss": loss,
-      "grad_norm": optax.tree.norm(grads),
+      "grad_norm": grad_norm,
       "param_norm": optax.tree.norm(new_state.params),
-      "is_finite": jnp.isfinite(loss) & jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])),
+      "is_finite": (jnp.isfinite(loss) & all_finite(grads) & jnp.isfinite(grad_norm)
+                    & state_is_finite(new_state)),
       **batch_errors(out.depth, batch["target"]),
   }
   return new_state, metrics

@@ -82,8 +82,12 @@ def sparsification_curves(
 
   Ties in `key`: "stable" keeps tied pixels in input order (row-major pixels, images in loader
   order); the reference's torch.sort is unstable, so its order among ties is arbitrary.
-  "smaller_error_first" / "larger_error_first" break ties by error, which gives the two bounds
-  of every possible tie order (the golden `ause_tie_bounds`).
+  "smaller_error_first" / "larger_error_first" break ties by error. These two orders bound every
+  possible tie order for the raw (unnormalised) model curve and for the Gustafsson AUSE, whose
+  normalisation by the curve's first value (all pixels) does not depend on the order. They do NOT
+  bound the pNCNN-normalised AUSE (`ause_pncnn`), which divides the model curve by its own maximum:
+  that maximum moves with the tie order (issue 13: 20 random orders gave 0.575-0.580, outside the
+  0.189-0.298 of the two extreme orders). The golden `ause_tie_bounds` are these two extremes.
 
   Args:
     err_sq: (N,) squared errors (any unit; the curves are in its square root).

@@ -198,3 +198,64 @@ def test_restore_variables_errors(tmp_path):
     with pytest.raises(PermissionError, match="not readable"):
       checkpointing.restore_variables(locked)
     locked.chmod(0o700)
+
+
+def test_readers_leave_a_writers_tmp_directory_alone(tmp_path):
+  """Issue 13.2: a reader (loader, eval, predict) opening a workdir deleted the half-written step of a running
+  training (orbax `cleanup_tmp_directories`), which then died. Readers are read-only now."""
+  workdir = tmp_path / "run"
+  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+    ckpt.save(4, make_state(4), {"variant": "x"}, {"rmse": 1.0})
+  writing = workdir / "checkpoints" / "5.orbax-checkpoint-tmp-1700000000"
+  (writing / "state").mkdir(parents=True)
+  (writing / "state" / "half").write_bytes(b"\x00" * 100)
+  before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
+  for step in ("latest", "best"):
+    variables, meta = checkpointing.restore_variables(workdir, step=step)
+    assert meta == {"variant": "x"} and float(variables["params"]["w"][0, 0]) == 4.0
+  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+    assert ckpt.all_steps() == [4]
+    with pytest.raises(ValueError, match="read-only"):
+      ckpt.save(6, make_state(6))
+  assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
+  with pytest.raises(FileNotFoundError):
+    checkpointing.restore_variables(tmp_path / "none")
+
+
+def test_training_survives_concurrent_readers(tmp_path):
+  """A training saving a checkpoint every step runs while this process loads 'latest' from its workdir over and
+  over (as `eval.py --checkpoint latest` or predict would): the training finishes and every checkpoint it keeps
+  is complete and restorable."""
+  from pncnn_jax import loader  # pylint: disable=g-import-not-at-top
+  wd = tmp_path / "wd"
+  args = ["train.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={wd}",
+          "--config.data.train_crop_height=16", "--config.data.train_crop_width=32",
+          "--config.data.eval_crop_height=16", "--config.data.eval_crop_width=32",
+          "--config.data.synthetic_size=8", "--config.data.eval_synthetic_size=2", "--config.eval_batch_size=2",
+          "--config.steps_per_epoch=12", "--config.num_epochs=1", "--config.checkpoint_every_steps=1",
+          "--config.max_to_keep=2", "--config.num_panels=2", "--config.progress_bar=False"]
+  env = dict(os.environ, PYTHONPATH=str(REPO))
+  proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  loads = 0
+  try:
+    while proc.poll() is None:
+      try:
+        loader.load("latest", workdir=wd)
+        loads += 1
+      except Exception:  # pylint: disable=broad-except
+        pass  # no step yet, or the step was rotated out while we read it: the reader's problem, not the writer's
+    _, err = proc.communicate(timeout=300)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 0, err[-3000:]
+  assert loads >= 1
+  entries = sorted(p.name for p in (wd / "checkpoints").iterdir())
+  assert not any("tmp" in e for e in entries), entries
+  with checkpointing.Checkpointer(wd, read_only=True) as ckpt:
+    assert ckpt.latest_step() == 12 and 11 in ckpt.all_steps()
+    for s in ckpt.all_steps():
+      state, meta = ckpt.restore(s)
+      assert int(state["step"]) == s == meta["step"]
+      assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))

@@ -135,3 +135,15 @@ def test_uneven_batches_on_two_devices_give_per_image_means():
   pts = batch["sparse"] > 0
   expected = metrics.auroc(-np.asarray(out.input_confidence)[pts], batch["disturbed"][pts])
   assert res.auroc_disturbed == pytest.approx(expected)
+
+
+def test_non_finite_predictions_are_a_divergence_not_an_ause_error():
+  """Issue 13.3: a diverged model (finite but overflowing weights) failed in the AUSE ('err_sq must be finite');
+  the evaluation now says the predictions are not finite."""
+  model = models.build_model("ncnn_conf_l1")
+  variables = jax.tree.map(lambda x: np.asarray(x) * np.float32(1e30), models.init_variables(model, jax.random.key(0)))
+  rng = np.random.default_rng(0)
+  sparse = np.where(rng.random((2, 16, 24, 1)) < 0.3, rng.uniform(2, 60, (2, 16, 24, 1)), 0).astype(np.float32)
+  batch = {"sparse": sparse, "target": sparse}
+  with pytest.raises(FloatingPointError, match=r"evaluation batch 0: \d+ of 768 predicted depths are not finite"):
+    evaluate.run_evaluation(model, variables, [batch], loss_name="masked_l1")

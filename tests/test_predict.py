@@ -97,3 +97,88 @@ def test_the_loader_rebuilds_the_model_a_run_was_trained_with(pncnn_checkpoint, 
   assert got == model and got.conv_precision == "highest"
   with pytest.raises(ValueError, match="holds variant 'pncnn', not 'ncnn'"):
     loader.load(tmp_path / "new", variant="ncnn")
+
+
+def _sparse_png(path, seed=0, shape=(16, 24)):
+  rng = np.random.default_rng(seed)
+  io.write_kitti_depth(path, np.where(rng.random(shape) < 0.3, rng.uniform(2, 60, shape), 0))
+  return path.read_bytes()
+
+
+@pytest.mark.parametrize("where", ["same", "file_parent", "subfolder_of_input_file", "input_file_as_output"])
+def test_predict_refuses_to_overwrite_inputs(pncnn_checkpoint, tmp_path, capsys, where):
+  """Issue 13.1: `--input d --output d` replaced the sparse PNGs with predictions and exited 0."""
+  ckpt, _, _ = pncnn_checkpoint
+  d = tmp_path / "d"
+  (d / "sub").mkdir(parents=True)
+  before = {p: _sparse_png(p, i) for i, p in enumerate([d / "a.png", d / "sub" / "b.png"])}
+  inp, out = {"same": (d, d), "file_parent": (d / "a.png", d), "subfolder_of_input_file": (d, d / "sub"),
+              "input_file_as_output": (d / "a.png", d / "a.png")}[where]
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(inp), "--output", str(out)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and err.startswith("error: --output") and str(out) in err
+  assert {p: p.read_bytes() for p in before} == before
+  assert sorted(d.rglob("*")) == sorted([d / "a.png", d / "sub", d / "sub" / "b.png"])
+
+
+def test_predict_output_under_input_folder_is_allowed(pncnn_checkpoint, tmp_path, capsys):
+  ckpt, _, _ = pncnn_checkpoint
+  d = tmp_path / "d"
+  d.mkdir()
+  before = _sparse_png(d / "a.png")
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(d / "a.png"), "--output", str(d / "out")]) == 0
+  assert (d / "a.png").read_bytes() == before and (d / "out" / "a.png").exists()
+  assert capsys.readouterr().out.count(str(d / "a.png")) == 1  # each input path printed once
+
+
+def test_predict_masks_non_finite_pixels_with_a_warning(pncnn_checkpoint, capsys):
+  """Issue 13.9: one NaN input pixel made the whole prediction NaN."""
+  _, model, variables = pncnn_checkpoint
+  rng = np.random.default_rng(0)
+  sparse = np.where(rng.random((16, 24)) < 0.3, rng.uniform(2, 60, (16, 24)), 0).astype(np.float32)
+  poisoned = sparse.copy()
+  poisoned[3, 4], poisoned[5, 6], poisoned[7, 8] = np.nan, np.inf, -np.inf
+  masked = sparse.copy()
+  masked[3, 4] = masked[5, 6] = masked[7, 8] = 0
+  out = predict.predict_array(model, variables, poisoned, name="x.png")
+  assert "warning: x.png: 3 non-finite pixel(s) set to 0" in capsys.readouterr().err
+  assert np.isfinite(out.depth).all()
+  np.testing.assert_allclose(out.depth, predict.predict_array(model, variables, masked).depth, rtol=1e-6)
+  unmasked = predict.make_predict_fn(model)(variables, predict.pad_to_multiple(poisoned)[None, ..., None])
+  assert not np.isfinite(np.asarray(unmasked.depth)).any()  # what one NaN did before
+
+
+def test_predict_keeps_going_past_a_tiny_image(pncnn_checkpoint, tmp_path, capsys):
+  """Issue 13.6: an image under 8 px with --pad_multiple 1 stopped the batch ('zero-size array')."""
+  ckpt, _, _ = pncnn_checkpoint
+  d = tmp_path / "in"
+  d.mkdir()
+  _sparse_png(d / "a_tiny.png", shape=(5, 6))
+  _sparse_png(d / "b.png")
+  (d / "c_broken.png").write_bytes(b"not a png")
+  out = tmp_path / "out"
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(d), "--output", str(out), "--pad_multiple",
+                       "1"]) == 1
+  assert io.read_kitti_depth(out / "a_tiny.png").shape == (5, 6) and (out / "b.png").exists()
+  err = capsys.readouterr().err
+  assert err.count("c_broken.png") == 1 and "1 file(s) failed" in err
+
+
+def test_poisoned_weights_are_refused(tmp_path, capsys):
+  """Issue 13.5: convert accepted an .npz with NaN weights and predict then wrote all-zero depth with exit 0."""
+  from conftest import WEIGHTS  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import convert  # pylint: disable=g-import-not-at-top
+  sd = dict(np.load(WEIGHTS / "kitti_ncnn_conf_l1.npz"))
+  name = sorted(k for k in sd if sd[k].dtype.kind == "f")[0]
+  sd[name] = sd[name].copy()
+  sd[name].flat[0] = np.nan
+  poisoned = tmp_path / "kitti_ncnn_conf_l1.npz"
+  np.savez(poisoned, **sd)
+  with pytest.raises(convert.CheckpointFormatError, match=r"kitti_ncnn_conf_l1.npz: 1 weight tensor\(s\) hold NaN"):
+    convert.load_official(poisoned)
+  _sparse_png(tmp_path / "a.png")
+  assert predict.main(["--checkpoint", str(poisoned), "--input", str(tmp_path / "a.png"), "--output",
+                       str(tmp_path / "out")]) == 2
+  assert "kitti_ncnn_conf_l1.npz" in capsys.readouterr().err and not (tmp_path / "out").exists()
+  assert convert.main(["--input", str(poisoned), "--output", str(tmp_path / "conv")]) == 1
+  assert not (tmp_path / "conv").exists()

@@ -239,9 +239,58 @@ def test_non_finite_loss_stops_with_last_good_checkpoint(tmp_path, monkeypatch):
 
   monkeypatch.setattr(train.data, "make_iterator", fake)
   cfg = tiny_config(checkpoint_every_steps=2, eval_every_steps=-1, steps_per_epoch=8, num_epochs=1)
-  with pytest.raises(FloatingPointError, match=r"non-finite loss or gradient at step 4 .*last good checkpoint is "
+  with pytest.raises(FloatingPointError, match=r"diverged at step 4: non-finite loss.*last good checkpoint, "
                                                r"step 2"):
     train.train_and_evaluate(cfg, tmp_path)
   tree, meta = _params(tmp_path)
   assert int(tree["step"]) == 2
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(tree))
+
+
+def _saved_states(workdir):
+  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+    return {s: ckpt.restore(s)[0] for s in ckpt.all_steps()}
+
+
+@pytest.mark.parametrize("lr,diverges_at", [(1e6, 2), (1e30, 1)])
+def test_divergence_stops_before_saving_and_a_rerun_says_so(tmp_path, lr, diverges_at):
+  """Issue 13.3: with lr 1e6 the loss stays finite while the BatchNorm variance becomes inf, and the check (loss
+  and gradients only) never fired; with lr 1e30 the 'last good checkpoint' had a parameter norm of 8e32. Now the
+  parameters, their norm and the BatchNorm statistics are checked after every step, before any save."""
+  cfg = tiny_config("pncnn", learning_rate=lr, checkpoint_every_steps=1, eval_every_steps=-1)
+  for attempt in range(2):  # the rerun resumes from the last good step and reports the same divergence
+    with pytest.raises(FloatingPointError, match=rf"diverged at step {diverges_at}: non-finite loss, gradient, "
+                                                 r"parameter or BatchNorm statistic") as e:
+      train.train_and_evaluate(cfg, tmp_path)
+    saved = _saved_states(tmp_path)
+    assert sorted(saved) == list(range(1, diverges_at))
+    assert ("last good checkpoint, step 1" in str(e.value)) == (diverges_at == 2), (attempt, str(e.value))
+    for tree in saved.values():  # every saved step passes the same check
+      state = train.init_state(cfg, 4)
+      assert bool(ts.state_is_finite(ts.tree_to_state(state, tree)))
+
+
+def test_resume_refuses_a_diverged_checkpoint(tmp_path):
+  """A checkpoint with inf BatchNorm statistics (as older versions saved) is refused on resume, with the step to
+  resume from instead, rather than failing later in the validation's AUSE."""
+  cfg = tiny_config("pncnn", checkpoint_every_steps=1, eval_every_steps=-1)
+  train.train_and_evaluate(cfg, tmp_path, stop_after_steps=2)
+  with checkpointing.Checkpointer(tmp_path) as ckpt:
+    tree, meta = ckpt.restore(2)
+    tree = jax.tree.map(np.array, tree)  # writable copies
+    leaf = jax.tree.leaves(tree["batch_stats"])[0]
+    leaf.flat[0] = np.inf
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.rmtree(tmp_path / "checkpoints" / "2")
+  with checkpointing.Checkpointer(tmp_path, async_save=False) as ckpt:
+    ckpt.save(2, tree, meta)
+  with pytest.raises(FloatingPointError, match=r"checkpoint 2 in .* holds non-finite .*remove .*checkpoints/2 "
+                                               r"\(earlier steps: \[1\]\)"):
+    train.train_and_evaluate(cfg, tmp_path)
+
+
+def test_workdir_that_is_a_file_is_a_clear_error(tmp_path):
+  (tmp_path / "wd").write_text("x")
+  with pytest.raises(ValueError, match=r"--workdir .*wd is a file, not a folder"):
+    train.train_and_evaluate(tiny_config(), tmp_path / "wd")
+  assert (tmp_path / "wd").read_text() == "x"

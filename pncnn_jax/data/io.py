@@ -60,7 +60,8 @@ def read_png_uint16(path: PathLike) -> np.ndarray:
   except DepthFileError:
     raise
   except (OSError, SyntaxError, ValueError) as e:  # PIL raises these on truncated/corrupt data.
-    raise DepthFileError(f"{path}: truncated or corrupt PNG ({type(e).__name__}: {e})") from e
+    detail = str(e).replace(repr(str(path)), "it").replace(str(path), "it")  # the path once, in front
+    raise DepthFileError(f"{path}: truncated or corrupt PNG ({type(e).__name__}: {detail})") from e
   if arr.ndim != 2:
     raise DepthFileError(f"{path}: expected a single-channel depth map, got shape {arr.shape}")
   if arr.dtype != np.uint16:
