@@ -281,8 +281,9 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
     ax.plot(fr, runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs
             else first["sparsification"]["oracle"], "k--", lw=1.5, label="oracle (pncnn_masked errors)")
     ax.set_xlabel("fraction of pixels removed (least confident first)")
-    ax.set_ylabel("RMSE of the pixels kept, normalised (pNCNN def.: model / its max, oracle / its first)")
-    ax.set_title(f"Sparsification curves on {scenes}", fontsize=10)
+    ax.set_ylabel("RMSE of the pixels kept (normalised, unitless)")
+    ax.set_title(f"Sparsification curves on {scenes}\npNCNN normalisation: each model curve / its max, "
+                 "oracle / its first value", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -300,10 +301,11 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
         h = np.asarray(c[key], np.float64)
         ax.stairs(h / max(h.sum(), 1), edges, color=colour, label=f"{label} points", lw=1.5)
       ax.set_title(f"{name}\nAUROC {c['auroc']:.2f}", fontsize=9)
-      ax.set_xlabel("log10 input confidence c0 (unitless; end bins hold all beyond)")
+      ax.set_xlabel("log10 c0 (unitless)")
       ax.set_ylabel("fraction of points")
       ax.legend(fontsize=7)
-    fig.suptitle(f"Input confidence c0 at disturbed vs clean LiDAR points ({scenes})", fontsize=10)
+    fig.suptitle(f"Input confidence c0 at disturbed vs clean LiDAR points ({scenes}; the end bins hold all "
+                 "values beyond them)", fontsize=10)
     fig.tight_layout()
     fig.savefig(figdir / "c0_histogram.png", dpi=110)
     plt.close(fig)

@@ -113,8 +113,10 @@ def training_curves(rows_by_model: Mapping[str, Sequence[Mapping[str, object]]],
     pts = [(r["step"], r[key]) for r in rows if r.get("split") == "val" and isinstance(r.get(key), (int, float))]
     if pts:
       ax.plot(*zip(*pts), marker="o", label=name)
-  ax.set_xlabel("step")
-  ax.set_ylabel(f"validation {key}")
+  ax.set_xlabel("training step")
+  unit = {"rmse": "RMSE [mm]", "mae": "MAE [mm]"}.get(key, key)
+  ax.set_ylabel(f"validation {unit}")
+  ax.set_title("Validation during training", fontsize=10)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
