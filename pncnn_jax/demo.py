@@ -33,10 +33,11 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
   import ml_collections  # pylint: disable=g-import-not-at-top
   from pncnn_jax import pretrained, results  # pylint: disable=g-import-not-at-top
   (root / "eval").mkdir(parents=True, exist_ok=True)
-  runs = {}
+  runs, manifests = {}, {}
   for name in [n for n in SHOWN if n in pretrained.available("synthetic")]:
     t0 = time.time()
     variables, manifest = pretrained.load(f"synthetic:{name}")
+    manifests[name] = manifest
     config = ml_collections.ConfigDict(manifest["config"])
     crop = (config.data.eval_crop_height, config.data.eval_crop_width)
     runs[name] = results.evaluate_model(
@@ -46,7 +47,6 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
     m = runs[name]["metrics"]
     print(f"  {name:22s} MAE {m['mae']:7.1f} mm  RMSE {m['rmse']:7.1f} mm  "
           f"AUSE {runs[name]['uncertainty']['ause_pncnn']:.3f}  ({time.time() - t0:.0f} s)", flush=True)
-  manifests = {n: pretrained.load(f"synthetic:{n}")[1] for n in runs}
   first = next(iter(manifests.values()), {})
   return {"scale": first.get("scale", "cpu"), "recipe": first.get("recipe", {}), "runs": runs, "fusion": None,
           "not_finished": [n for n in SHOWN if n not in runs], "commit": first.get("commit"),

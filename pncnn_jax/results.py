@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pncnn_jax import config as config_lib
-from pncnn_jax import data, evaluate, loader, models, paper, uncertainty
+from pncnn_jax import data, evaluate, loader, models, paper, pretrained, uncertainty
 
 # The claim thresholds, fixed before any result was seen (docs/RESULTS.md quotes them).
 AUROC_AIM = 0.8  # (b): AUROC of low c0 for disturbed points, over all points and within depth bins
@@ -201,11 +201,7 @@ def _cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
 
 
 def _jsonable(o: Any) -> Any:
-  if isinstance(o, (np.floating, np.integer, np.bool_)):
-    return o.item()
-  if isinstance(o, np.ndarray):
-    return o.tolist()
-  raise TypeError(f"not JSON serialisable: {type(o)}")
+  return pretrained.json_default(o)
 
 
 def _last_checkpoint_time(workdir: pathlib.Path, run: paper.Run) -> float:
@@ -262,7 +258,6 @@ def _git_commit() -> str | None:
 
 def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], directory: pathlib.Path) -> None:
   """Writes each finished run's final variables + manifest (`pncnn_jax.pretrained.save`)."""
-  from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
   evals = summary["runs"]
   for run in [r for r in paper.RUNS if paper.finished(workdir, r, scale)]:
     config, _, variables, meta = load_run(workdir, run, scale)

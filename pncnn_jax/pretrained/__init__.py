@@ -64,13 +64,14 @@ def save(variables: Mapping[str, Any], manifest: Mapping[str, Any], directory: s
     np.savez(f, **flat)
   os.replace(tmp, npz)
   tmp = d / f".{name}.json.tmp"
-  tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=_json_default) + "\n")
+  tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=json_default) + "\n")
   os.replace(tmp, js)
   return npz, js
 
 
-def _json_default(o: Any) -> Any:
-  if isinstance(o, (np.floating, np.integer)):
+def json_default(o: Any) -> Any:
+  """json.dumps(default=...) for numpy scalars and arrays."""
+  if isinstance(o, (np.floating, np.integer, np.bool_)):
     return o.item()
   if isinstance(o, np.ndarray):
     return o.tolist()
