@@ -18,14 +18,15 @@ import ml_collections
 
 from pncnn_jax import config as config_lib
 
-# One recipe per scale. 'cpu' fits 2 CPU cores (about 15-30 min per pNCNN run); 'accelerator' is the same
-# schedule on larger crops and batches for a GPU/TPU.
+# One recipe per scale. 'cpu' fits 2 CPU cores (about 10-30 min per pNCNN run); 'long' is the same recipe 5x longer
+# (for a GPU).
 SCALES: dict[str, dict[str, Any]] = {
     "cpu": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=100, num_epochs=10, lr_decay_epochs=8,
                 learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
-    "accelerator": dict(train_crop=(128, 608), batch_size=16, steps_per_epoch=500, num_epochs=20,
-                        lr_decay_epochs=15, learning_rate=0.01, train_scenes=20000, val_scenes=64,
-                        test_scenes=256, eval_crop=(128, 608)),
+    # The cpu recipe 5x longer (lr 0.01 for 4000 steps, then 1000 at 0.001), same crops and batch: does training
+    # length change the claims? About a minute per run on one GPU.
+    "long": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=20, lr_decay_epochs=16,
+                 learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # A few steps on tiny crops: the whole command end to end in about a minute (tests, a first look).
     "smoke": dict(train_crop=(32, 64), batch_size=2, steps_per_epoch=3, num_epochs=2, lr_decay_epochs=1,
                   learning_rate=0.01, train_scenes=8, val_scenes=2, test_scenes=4, eval_crop=(64, 96)),
@@ -96,8 +97,9 @@ def _configs_dir() -> pathlib.Path:
   return here
 
 
-def build_caches(workdir: pathlib.Path, scale: str) -> str:
-  """Renders the training and validation scenes of the recipe once (data/synthetic_cache.py); returns the dir."""
+def build_caches(workdir: pathlib.Path, scale: str, workers: int = 1) -> str:
+  """Renders the training, validation and test scenes of the recipe once (data/synthetic_cache.py), with
+  `workers` processes; returns the cache dir."""
   from pncnn_jax.data import sparsify, synthetic, synthetic_cache  # pylint: disable=g-import-not-at-top
   s, full = SCALES[scale], synthetic.SyntheticConfig()
   cache_dir = workdir / "scene_cache"
@@ -109,7 +111,7 @@ def build_caches(workdir: pathlib.Path, scale: str) -> str:
     path = cache_dir / synthetic_cache.cache_name(split, 0, window)
     if not path.exists():
       print(f"rendering {size} {split} scenes at {h}x{w} into {path} (once)", flush=True)
-    synthetic_cache.build(path, seed=0, stream=stream, window=window, size=size, progress=True)
+    synthetic_cache.build(path, seed=0, stream=stream, window=window, size=size, progress=True, workers=workers)
   return str(cache_dir)
 
 
@@ -128,6 +130,34 @@ def finished(workdir: pathlib.Path, run: Run, scale: str) -> bool:
     if row.get("split") == "val" and row.get("step") == total:
       return True
   return False
+
+
+FINAL_WEIGHTS = "final_weights"  # <run>/final_weights.{npz,json}: the final variables in pncnn_jax.pretrained form
+
+
+def final_weights(workdir: pathlib.Path, run: Run) -> tuple[pathlib.Path, pathlib.Path]:
+  d = run_dir(workdir, run)
+  return d / f"{FINAL_WEIGHTS}.npz", d / f"{FINAL_WEIGHTS}.json"
+
+
+def write_final_weights(workdir: pathlib.Path, run: Run, scale: str) -> None:
+  """Keeps a finished run's last-step variables beside its checkpoints (once): with metrics.jsonl, config.json,
+  wall_time.json and device.json they are what evaluating, reporting and shipping the run need, so the folder
+  can move between machines without its checkpoints (optimizer state included, ~3x larger)."""
+  from pncnn_jax import loader, pretrained  # pylint: disable=g-import-not-at-top
+  npz, _ = final_weights(workdir, run)
+  if npz.exists() or not finished(workdir, run, scale):
+    return
+  loaded = loader.load(run_dir(workdir, run), step="latest", variant=run.variant)
+  manifest = {"name": run.name, "variant": run.variant, "mask_input_confidence": run.masked, "seed": run.seed,
+              "step": loaded.meta.get("step"), "scale": scale, "config": loaded.meta.get("config")}
+  pretrained.save(jax_to_numpy(loaded.variables), manifest, run_dir(workdir, run), FINAL_WEIGHTS)
+
+
+def jax_to_numpy(tree: Any) -> Any:
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return jax.tree.map(np.asarray, tree)
 
 
 def select(only: str | None) -> list[Run]:

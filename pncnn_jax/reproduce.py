@@ -21,14 +21,23 @@ The parity variants are untouched: `mask_input_confidence` defaults to False.
 `--ship DIR` writes each finished run's final weights as DIR/<name>.npz plus DIR/<name>.json (the manifest:
 command, commit, steps, device, time, recipe and the validation metrics it reached), loadable by name
 (`--checkpoint synthetic:<name>`).
+
+`--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
+processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
+Every finished run also keeps its final weights as `<workdir>/runs/<name>/final_weights.{npz,json}` and the
+devices it trained on in `device.json`: a run folder without its `checkpoints/` (a few MB) is enough to evaluate,
+report and ship it on another machine, e.g. train on a GPU, evaluate on a CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import pathlib
+import platform
+import subprocess
 import sys
 import time
 from typing import Sequence
@@ -37,17 +46,59 @@ from pncnn_jax import paper, report, results, train
 from pncnn_jax.paper import Run
 
 
-def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run]) -> None:
-  """Trains (or resumes) each run in order; finished runs are skipped."""
-  cache_dir = paper.build_caches(workdir, scale)
+def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int = 1) -> None:
+  """Trains (or resumes) each run, `jobs` at a time; finished runs are skipped."""
+  cache_dir = paper.build_caches(workdir, scale, workers=jobs)
+  todo = []
   for run in runs:
     if paper.finished(workdir, run, scale):
       print(f"[{run.name}] finished", flush=True)
-      continue
+      paper.write_final_weights(workdir, run, scale)
+    else:
+      todo.append(run)
+  if jobs > 1 and len(todo) > 1:
+    _train_in_processes(workdir, scale, todo, jobs)
+    return
+  for run in todo:
     print(f"[{run.name}] training ({run.variant}, masked c0={run.masked}, seed {run.seed})", flush=True)
     t0 = time.time()
     train.train_and_evaluate(paper.run_config(run, scale, cache_dir), paper.run_dir(workdir, run))
     _record_time(paper.run_dir(workdir, run), time.time() - t0)
+    _record_device(paper.run_dir(workdir, run))
+    paper.write_final_weights(workdir, run, scale)
+
+
+def _train_in_processes(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int) -> None:
+  """Each run in its own `--stage train --only NAME` process, `jobs` at a time; output in <run>/train.log."""
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / jobs:.3f}")  # GPU memory per process
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", str(workdir / "jax_cache"))  # runs of one variant share programs
+
+  def one(run: Run) -> int:
+    rundir = paper.run_dir(workdir, run)
+    rundir.mkdir(parents=True, exist_ok=True)
+    print(f"[{run.name}] training in its own process, log {rundir / 'train.log'}", flush=True)
+    with open(rundir / "train.log", "a") as log:
+      rc = subprocess.call([sys.executable, "-m", "pncnn_jax.reproduce", "--workdir", str(workdir), "--scale", scale,
+                            "--stage", "train", "--only", run.name], stdout=log, stderr=subprocess.STDOUT, env=env)
+    print(f"[{run.name}] " + ("finished" if rc == 0 else f"failed (exit {rc}); see {rundir / 'train.log'}"),
+          flush=True)
+    return rc
+
+  with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+    failed = [r.name for r, rc in zip(runs, pool.map(one, runs)) if rc != 0]
+  if failed:
+    raise ValueError(f"training failed for {', '.join(failed)}: see their train.log; rerun to resume")
+
+
+def _record_device(rundir: pathlib.Path) -> None:
+  """<run>/device.json: what this sitting trained on (a run may span several sittings: one entry each)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  path = rundir / "device.json"
+  prior = json.loads(path.read_text()) if path.exists() else []
+  prior.append({"devices": [d.device_kind for d in jax.devices()], "backend": jax.default_backend(),
+                "jax": jax.__version__, "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M")})
+  path.write_text(json.dumps(prior, indent=1) + "\n")
 
 
 def _record_time(rundir: pathlib.Path, seconds: float) -> None:
@@ -67,14 +118,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--only", default="", help="comma-separated run names (default: all); see pncnn_jax.paper.RUNS")
   parser.add_argument("--results", default="docs/RESULTS.md", help="the report to write (and its .json)")
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
+  parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
   try:
     runs = paper.select(args.only)
     if workdir.exists() and not workdir.is_dir():
       raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
+    if args.jobs < 1:
+      raise ValueError(f"--jobs={args.jobs}: must be at least 1")
     if args.stage in ("all", "train"):
-      train_runs(workdir, args.scale, runs)
+      train_runs(workdir, args.scale, runs, args.jobs)
     if args.stage in ("all", "evaluate", "report"):
       summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
       report.write(summary, pathlib.Path(args.results), workdir)

@@ -72,10 +72,19 @@ def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
 
 
 def load_run(workdir: pathlib.Path, run: paper.Run, scale: str):
-  """(config, model, final variables, checkpoint metadata) of a finished run."""
+  """(config, model, final variables, checkpoint metadata) of a finished run: from its checkpoints, or from its
+  final_weights files when the folder came without them (`paper.write_final_weights`)."""
   config = paper.run_config(run, scale)
-  loaded = loader.load(paper.run_dir(workdir, run), step="latest", variant=run.variant)
-  return config, config_lib.build_model(config), loaded.variables, loaded.meta
+  if (paper.run_dir(workdir, run) / "checkpoints").is_dir():
+    loaded = loader.load(paper.run_dir(workdir, run), step="latest", variant=run.variant)
+    return config, config_lib.build_model(config), loaded.variables, loaded.meta
+  npz, js = paper.final_weights(workdir, run)
+  if not npz.exists():
+    raise FileNotFoundError(f"{paper.run_dir(workdir, run)}: neither checkpoints/ nor {npz.name}")
+  variables, meta = pretrained.load_files(npz, js)
+  if meta.get("variant") != run.variant:
+    raise ValueError(f"{npz}: holds variant {meta.get('variant')!r}, not {run.variant!r}")
+  return config, config_lib.build_model(config), variables, meta
 
 
 def c0_statistics(model, variables, batches) -> dict[str, Any]:
@@ -206,7 +215,10 @@ def _jsonable(o: Any) -> Any:
 
 def _last_checkpoint_time(workdir: pathlib.Path, run: paper.Run) -> float:
   ck = paper.run_dir(workdir, run) / "checkpoints"
-  return max((p.stat().st_mtime for p in ck.iterdir()), default=0.0) if ck.is_dir() else 0.0
+  if ck.is_dir():
+    return max((p.stat().st_mtime for p in ck.iterdir()), default=0.0)
+  npz, _ = paper.final_weights(workdir, run)
+  return npz.stat().st_mtime if npz.exists() else 0.0
 
 
 def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> dict[str, Any]:
@@ -270,11 +282,19 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
         "command": f"python -m pncnn_jax.reproduce --workdir WORKDIR --scale {scale} --only {run.name} "
                    f"--ship pncnn_jax/pretrained/synthetic",
         "commit": summary["commit"], "scale": scale, "recipe": paper.SCALES[scale], "step": meta.get("step"),
-        "device": summary["devices"], "jax": summary["jax"], "train_wall_s": evals.get(run.name, {}).get(
+        "device": summary["devices"], "jax": summary["jax"], "evaluated_on": {"devices": summary["devices"],
+                                                                            "jax": summary["jax"]},
+        "train_wall_s": evals.get(run.name, {}).get(
             "train_wall_s"), "config": json.loads(config.to_json_best_effort()),
         "validation": {k: v for k, v in last_val.items() if k not in ("time", "split")},
         "test": {**evals.get(run.name, {}).get("metrics", {}), **evals.get(run.name, {}).get("uncertainty", {})},
     }
+    trained_on = paper.run_dir(workdir, run) / "device.json"  # the devices each training sitting ran on
+    if trained_on.exists():
+      sittings = json.loads(trained_on.read_text())
+      manifest["trained_on"] = sittings
+      manifest["device"] = sorted({d for s in sittings for d in s["devices"]})
+      manifest["jax"] = sorted({s["jax"] for s in sittings})
     provenance = paper.run_dir(workdir, run) / "provenance.txt"  # how the run was trained, if not by this commit
     if provenance.exists():
       manifest["trained_by"] = provenance.read_text().strip()

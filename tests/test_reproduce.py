@@ -26,6 +26,18 @@ def test_cached_scenes_equal_rendered_scenes(tmp_path):
   assert int((plain[0]["disturbed"]).sum()) > 0
 
 
+def test_cache_rendered_by_several_processes_equals_one(tmp_path):
+  window = (144, 448, 32, 64)
+  one = synthetic_cache.build(tmp_path / "one", seed=0, stream=2, window=window, size=5)
+  many = synthetic_cache.build(tmp_path / "many", seed=0, stream=2, window=window, size=5, workers=2, chunk=2)
+  for k in ("sparse", "target", "dense", "disturbed"):
+    a, b = np.load(one / f"{k}.npy"), np.load(many / f"{k}.npy")
+    assert a.shape == (5, 32, 64, 1)
+    np.testing.assert_array_equal(a, b, err_msg=k)
+  assert np.load(many / "sparse.npy")[4].any()  # the last, odd-sized chunk was written
+  assert json.loads((one / "meta.json").read_text()) == json.loads((many / "meta.json").read_text())
+
+
 def test_cache_of_other_settings_is_refused(tmp_path):
   path = tmp_path / "c"
   synthetic_cache.build(path, seed=0, stream=0, window=(0, 0, 16, 16), size=1)

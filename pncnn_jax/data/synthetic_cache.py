@@ -42,8 +42,12 @@ def _meta(seed: int, stream: int, window: tuple[int, int, int, int], size: int,
 
 
 def build(path: str | os.PathLike, *, seed: int, stream: int, window: tuple[int, int, int, int], size: int,
-          config: Optional[synthetic.SyntheticConfig] = None, progress: bool = False) -> pathlib.Path:
+          config: Optional[synthetic.SyntheticConfig] = None, progress: bool = False,
+          workers: int = 1, chunk: int = 64) -> pathlib.Path:
   """Renders scenes 0..size-1 of (seed, stream) at `window` into the cache directory `path`.
+
+  `workers` > 1 renders in that many processes, `chunk` scenes per task, each writing its own scenes into the shared
+  memory-mapped arrays (every scene is a deterministic function of its index, so the cache is the same either way).
 
   Returns `path`. If `path` already holds a cache of exactly these settings it is kept as it is; a cache of
   other settings is an error (delete it or choose another path).
@@ -62,20 +66,41 @@ def build(path: str | os.PathLike, *, seed: int, stream: int, window: tuple[int,
   _, _, h, w = window
   arrays = {k: np.lib.format.open_memmap(tmp / f"{k}.npy", mode="w+", shape=(size, h, w, 1),
                                          dtype=bool if k == "disturbed" else np.float32) for k in _FIELDS}
-  indices = range(size)
-  if progress:
-    import tqdm  # pylint: disable=g-import-not-at-top
-    indices = tqdm.tqdm(indices, desc=f"rendering {path.name}", leave=False)
-  for i in indices:
-    ex = synthetic.generate(seed, i, cfg, window=tuple(window), stream=stream)
+  for a in arrays.values():
+    a.flush()
+  del arrays
+  chunks = [(str(tmp), seed, stream, tuple(window), cfg, lo, min(lo + chunk, size)) for lo in range(0, size, chunk)]
+  if workers > 1 and len(chunks) > 1:
+    import multiprocessing  # pylint: disable=g-import-not-at-top
+    with multiprocessing.get_context("spawn").Pool(min(workers, len(chunks))) as pool:
+      done = pool.imap_unordered(_render_chunk, chunks)
+      _drain(done, len(chunks), progress, path.name)
+  else:
+    _drain(map(_render_chunk, chunks), len(chunks), progress, path.name)
+  (tmp / "meta.json").write_text(json.dumps(want, indent=1) + "\n")
+  os.replace(tmp, path)
+  return path
+
+
+def _render_chunk(task) -> int:
+  """Renders scenes lo..hi-1 into the memory-mapped arrays of the cache being written at `tmp`."""
+  tmp, seed, stream, window, cfg, lo, hi = task
+  arrays = {k: np.load(pathlib.Path(tmp) / f"{k}.npy", mmap_mode="r+") for k in _FIELDS}
+  for i in range(lo, hi):
+    ex = synthetic.generate(seed, i, cfg, window=window, stream=stream)
     for k in _FIELDS:
       arrays[k][i] = ex[k]
   for a in arrays.values():
     a.flush()
-  del arrays
-  (tmp / "meta.json").write_text(json.dumps(want, indent=1) + "\n")
-  os.replace(tmp, path)
-  return path
+  return hi - lo
+
+
+def _drain(done, total: int, progress: bool, name: str) -> None:
+  if progress:
+    import tqdm  # pylint: disable=g-import-not-at-top
+    done = tqdm.tqdm(done, total=total, desc=f"rendering {name} (tasks)", leave=False)
+  for _ in done:
+    pass
 
 
 def _read_meta(path: pathlib.Path) -> dict:

@@ -111,9 +111,14 @@ def load(spec: str, root: str | os.PathLike | None = None) -> tuple[dict[str, An
     names = available(dataset, root)
     raise ValueError(f"no shipped model {spec!r}; available: "
                      f"{', '.join(f'{dataset}:{n}' for n in names) if names else 'none'}")
+  return load_files(npz, js)
+
+
+def load_files(npz: str | os.PathLike, js: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+  """(variables, manifest) of one `save`d pair of files, e.g. a run's final weights (pncnn_jax.reproduce)."""
   with np.load(npz) as z:
     flat = {k: z[k] for k in z.files}
   bad = [k for k, v in flat.items() if not np.all(np.isfinite(v))]
   if bad:
     raise ValueError(f"{npz}: non-finite weights in {bad[:3]}")
-  return _unflatten(flat), json.loads(js.read_text())
+  return _unflatten(flat), json.loads(pathlib.Path(js).read_text())
