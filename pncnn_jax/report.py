@@ -260,7 +260,7 @@ def _discussion(runs: dict[str, Any]) -> list[str]:
         "depth term is scaled by the predicted precision: where the variance network already predicts a low "
         "precision (around disturbed points, at edges) the gradient that would push c0 down is small."
         + (f" The run is also not converged by our criterion (best validation RMSE still moved {100 * change:+.1f} % "
-           "in the last 30 % of the lr-0.01 phase): a longer recipe (`--scale accelerator`) is the next check."
+           "in the last 30 % of the lr-0.01 phase): a longer recipe (`--scale long`) is the next check."
            if change is not None and not conv.get("flat") else ""))
   return out
 
