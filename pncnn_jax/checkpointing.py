@@ -16,9 +16,12 @@ which creates, deletes, moves and locks nothing: a running training's half-writt
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +47,19 @@ def _check_metadata(metadata: Any, what: str) -> dict[str, Any]:
   if not isinstance(metadata, Mapping):
     raise TypeError(f"{what}: metadata must be a JSON-serialisable dict, got {type(metadata).__name__}")
   return dict(metadata)
+
+
+def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
+  """The items of a training step and their handlers: STATE_ITEM a pytree of arrays (StandardSave/Restore),
+  META_ITEM JSON. Registered up front (orbax's current API; `item_names=` is deprecated) so that a reader that
+  has saved nothing can still read a step's tree metadata."""
+  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+  state, meta = ocp.StandardCheckpointHandler(), ocp.JsonCheckpointHandler()
+  for item, handler, arg_types in ((STATE_ITEM, state, (ocp.args.StandardSave, ocp.args.StandardRestore)),
+                                   (META_ITEM, meta, (ocp.args.JsonSave, ocp.args.JsonRestore))):
+    for arg_type in arg_types:
+      registry.add(item, arg_type, handler)
+  return registry
 
 
 class Checkpointer:
@@ -80,10 +96,12 @@ class Checkpointer:
         create=not read_only,
         cleanup_tmp_directories=not read_only,
         read_only=read_only,
+        save_interval_steps=0 if read_only else 1,  # orbax warns when a read-only manager keeps an interval
         enable_async_checkpointing=async_save and not read_only,
     )
     self.read_only = read_only
-    self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=(STATE_ITEM, META_ITEM))
+    with _quiet_read_only_notice():
+      self._manager = ocp.CheckpointManager(self.directory, options=options, handler_registry=_handler_registry())
 
   def _metric(self, metrics: Mapping[str, Any]) -> float:
     return float(metrics[self.best_metric])
@@ -152,9 +170,28 @@ class Checkpointer:
     shardings (e.g. replicated `NamedSharding`); None restores the saved tree as saved.
     """
     s = self._resolve(step)
+    if target is not None:
+      self._check_structure(s, target)
     restored = self._manager.restore(
         s, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target), META_ITEM: ocp.args.JsonRestore()}))
     return restored[STATE_ITEM], dict(restored[META_ITEM] or {})
+
+  def restore_metadata(self, step: int | str = "latest") -> dict[str, Any]:
+    """The JSON metadata of `step` alone (variant, loss, dataset, config, ...), without reading the arrays."""
+    s = self._resolve(step)
+    restored = self._manager.restore(s, args=ocp.args.Composite(**{META_ITEM: ocp.args.JsonRestore()}))
+    return dict(restored[META_ITEM] or {})
+
+  def _check_structure(self, step: int, target: PyTree) -> None:
+    """A one-line ValueError when the saved tree of `step` and `target` differ (orbax would print both trees)."""
+    saved = self._manager.item_metadata(step)[STATE_ITEM]
+    saved = getattr(saved, "tree", saved)
+    if saved is None:
+      return
+    diff = structure_difference(saved, target)
+    if diff:
+      raise ValueError(f"checkpoint {self.directory / str(step)} does not hold the model being restored: {diff} "
+                       "(a run of another variant or model setting; use another --workdir)")
 
   def wait(self) -> None:
     """Blocks until pending asynchronous saves are finalised on disk."""
@@ -245,6 +282,49 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
   finally:
     ckpt.close()
   return _variables_from_state(state, str(path)), meta
+
+
+def _leaf_paths(tree: PyTree) -> set[tuple[str, ...]]:
+  """The leaves of a tree as name tuples ('params', 'conv', 'kernel'); dict keys, attributes and indices alike."""
+  out = set()
+  for path, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is None)[0]:
+    names = re.findall(r"\['([^']*)'\]|\.(\w+)|\[(\d+)\]", jax.tree_util.keystr(path))
+    out.add(tuple(next(n for n in group if n) for group in names))
+  return out
+
+
+def structure_difference(saved: PyTree, expected: PyTree, limit: int = 3) -> str:
+  """'' when the two trees have the same leaf paths, else one line: the shortest subtrees only one of them has
+  (e.g. "expected params/var_estimator, batch_stats/var_estimator, not in the checkpoint")."""
+  a, b = _leaf_paths(saved), _leaf_paths(expected)
+  if a == b:
+    return ""
+
+  def shortest(only: set, other: set) -> list[str]:
+    prefixes = {p[:i] for p in other for i in range(1, len(p) + 1)}
+    out = sorted({next(p[:i] for i in range(1, len(p) + 1) if p[:i] not in prefixes) for p in only})
+    names = ["/".join(p) for p in out]
+    return names[:limit] + ([f"... ({len(names)} in all)"] if len(names) > limit else [])
+
+  parts = []
+  if b - a:
+    parts.append(f"expected {', '.join(shortest(b - a, a))}, not in the checkpoint")
+  if a - b:
+    parts.append(f"found {', '.join(shortest(a - b, b))}, not in the model")
+  return "; ".join(parts)
+
+
+@contextlib.contextmanager
+def _quiet_read_only_notice():
+  """Drops orbax's 'Given directory is read only' warning: a reader opens a run read-only on purpose, and the
+  command lines print one line per outcome."""
+  logger = logging.getLogger("absl")
+  drop = lambda record: not str(record.msg).startswith("Given directory is read only")  # noqa: E731
+  logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    logger.removeFilter(drop)
 
 
 def non_finite_leaves(tree: PyTree) -> list[str]:
