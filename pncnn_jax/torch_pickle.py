@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import io
+import math
 import os
 import pathlib
 import pickle
@@ -109,7 +110,7 @@ class LazyTensor:
       st = st.root
     if st.data is None:
       raise CheckpointFormatError(f"{self.source}: storage {st.key} has no data (file truncated?)")
-    n = int(np.prod(self.shape, dtype=np.int64))
+    n = math.prod(self.shape)
     if n == 0:
       return np.zeros(self.shape, st.dtype)
     return np.lib.stride_tricks.as_strided(
@@ -131,6 +132,10 @@ def _rebuild_tensor_v2(source: str):
         raise CheckpointFormatError(
             f"{source}: tensor of size {size}, stride {stride}, offset {offset} exceeds its storage of "
             f"{storage.size} elements")
+      if math.prod(size) > storage.size:  # only zero or overlapping strides reuse elements; no weight does
+        raise CheckpointFormatError(
+            f"{source}: tensor of size {size} ({math.prod(size)} elements) with stride {stride} repeats the "
+            f"{storage.size} elements of its storage (zero or overlapping strides): crafted or corrupt; refusing it")
     t = LazyTensor(storage, offset, size, stride, source)
     t.requires_grad = bool(requires_grad)
     return t
@@ -260,6 +265,10 @@ def read_torch_legacy(path: str | os.PathLike) -> dict[str, Any]:
   path = pathlib.Path(path)
   src = str(path)
   data = path.read_bytes()
+  if not data:
+    raise CheckpointFormatError(f"{src} is an empty file (0 bytes), not a checkpoint")
+  if data[:4] == b"PK\x05\x06":  # a zip archive without members, e.g. np.savez() of no arrays
+    raise CheckpointFormatError(f"{src} is an empty zip archive (an .npz without arrays), not a checkpoint")
   if data[:4] == b"PK\x03\x04":
     raise CheckpointFormatError(
         f"{src} is a zip archive (torch >= 1.6 format or .npz); only the legacy torch.save format of the official "
