@@ -3,7 +3,9 @@
 `run_evaluation` is what the training loop validates with and what `eval.py` reports with; it never builds the
 training pipeline. Per image, the KITTI (mm, 1/km) or NYU (m) metrics of `pncnn_jax.metrics` are averaged over
 the split (REFERENCE.md 6.1); the per-pixel squared errors and confidences of all valid pixels are pooled for
-AUSE (REFERENCE.md 6.3 / 6.4).
+AUSE (REFERENCE.md 6.3 / 6.4). KITTI results also carry the benchmark's own score beside them,
+`devkit_{mae,rmse,imae,irmse}` (`metrics.kitti_devkit_metrics`): the predictions rounded to the 16-bit PNG grid as
+`pncnn_jax.predict` writes them, missing depths filled from their row neighbours as the KITTI devkit does.
 
 Uncertainty as a standard deviation in metres (used for AUCE, NLL and the "uncertainty" panels) follows from the
 loss the model was trained with: sigma = 1/sqrt(precision), the precision being each loss's rule
@@ -113,7 +115,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   mesh = sharding.make_mesh() if mesh is None else mesh
   eval_fn = eval_fn or make_eval_fn(model, metric_set)
   variables = sharding.replicate(variables, mesh)
-  mean_acc, unc_acc = M.MeanAccumulator(), M.UncertaintyAccumulator()
+  mean_acc, unc_acc, devkit_acc = M.MeanAccumulator(), M.UncertaintyAccumulator(), M.MeanAccumulator()
   has_sigma = loss_name in losses.PROBABILISTIC_LOSSES
   dist_scores: list[np.ndarray] = []
   dist_labels: list[np.ndarray] = []
@@ -141,6 +143,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
                                "depths are not finite (the model's weights have diverged)")
     c0 = np.asarray(out.input_confidence)[keep]
     mean_acc.update({k: np.asarray(v)[keep] for k, v in per_image.items()})
+    if metric_set == "kitti":
+      devkit_acc.update(M.kitti_devkit_metrics(depth, target, quantize=True))
     prec = losses.precision_of(conf, loss_name)
     unc_acc.update(depth, target, conf if prec is None else prec.astype(np.float32))
     if "disturbed" in batch and jax.process_count() == 1:
@@ -162,6 +166,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   if num_images == 0:
     raise ValueError("evaluation: the split gave no images")
   mres = mean_acc.result()
+  if metric_set == "kitti":
+    mres.update(devkit_acc.result())
   mres["num_images"] = num_images
   ures = unc_acc.result()
   unc = {"ause_pncnn": ures["ause_pncnn"], "ause_gustafsson": ures["ause_gustafsson"],
@@ -215,9 +221,10 @@ def kitti_pair_batches(root: str | pathlib.Path, crop_hw: tuple[int, int] = (352
 
 
 TABLE_ORDER = ("mae", "rmse", "imae", "irmse", "absrel", "delta1", "delta2", "delta3", "ause_pncnn",
-               "ause_gustafsson", "auce", "nll", "auroc_disturbed", "num_images")
+               "ause_gustafsson", "auce", "nll", "auroc_disturbed", "devkit_mae", "devkit_rmse", "num_images")
 UNITS = {"kitti": {"mae": "mm", "rmse": "mm", "mse": "mm^2", "imae": "1/km", "irmse": "1/km", "delta1": "%",
-                   "delta2": "%", "delta3": "%"},
+                   "delta2": "%", "delta3": "%", "devkit_mae": "mm", "devkit_rmse": "mm", "devkit_imae": "1/km",
+                   "devkit_irmse": "1/km"},
          "nyu": {"mae": "m", "rmse": "m", "mse": "m^2", "delta1": "%", "delta2": "%", "delta3": "%"}}
 
 

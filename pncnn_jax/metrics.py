@@ -153,3 +153,92 @@ class MeanAccumulator:
       raise ValueError("MeanAccumulator.result: no samples accumulated")
     return {k: s / self._counts[k] if self._counts[k] else float("nan")
             for k, s in self._sums.items()}
+
+
+# -------------------------------------------------------------------------------------------------
+# KITTI depth-completion benchmark conventions (the devkit's evaluate_depth)
+# -------------------------------------------------------------------------------------------------
+
+KITTI_DEVKIT_METRICS = ("devkit_mae", "devkit_rmse", "devkit_imae", "devkit_irmse")
+KITTI_PNG_SCALE = 256.0  # a KITTI depth PNG stores round(d * 256), 0 = no depth
+
+
+def kitti_devkit_fill(pred_hw: np.ndarray, *, quantize: bool = False) -> np.ndarray:
+  """A prediction as the KITTI devkit scores it: missing depths filled from their neighbours.
+
+  The devkit reads a prediction from a 16-bit PNG, where 0 means "no depth", and fills every such pixel before
+  scoring (its `interpolateBackground`):
+    1. each row: a run of missing pixels with valid pixels on both sides takes the smaller of those two depths;
+       a run at the left (right) end takes the row's first (last) valid depth;
+    2. then each column: rows above the first row with any valid pixel take that row's depths, rows below the
+       last one take that one's. A row without any valid pixel *between* valid rows stays missing, and the devkit
+       then scores it as a depth of -1 m (`DepthImage` marks missing pixels -1); so does a map without any depth.
+
+  Args:
+    pred_hw: (H, W) predicted depth [m]; pixels <= 0 or non-finite count as missing (a PNG cannot hold them).
+    quantize: first round to the 16-bit PNG grid as `pncnn_jax.predict` writes it: d -> round(clip(d, 0,
+      65535/256) * 256) / 256; depths under 1/512 m become 0, i.e. missing.
+
+  Returns:
+    (H, W) float64 depth [m], -1 where the devkit leaves a pixel missing.
+  """
+  d = np.asarray(pred_hw, np.float64)
+  if d.ndim != 2:
+    raise ValueError(f"kitti_devkit_fill: expected an (H, W) depth map, got shape {d.shape}")
+  d = np.where(np.isfinite(d), d, 0.0)
+  if quantize:
+    d = np.round(np.clip(d, 0.0, 65535.0 / KITTI_PNG_SCALE) * KITTI_PNG_SCALE) / KITTI_PNG_SCALE
+  valid = d > 0
+  h, w = d.shape
+  cols = np.arange(w)
+  prev = np.maximum.accumulate(np.where(valid, cols, -1), axis=1)  # last valid column at or before u (-1: none)
+  nxt = np.minimum.accumulate(np.where(valid, cols, w)[:, ::-1], axis=1)[:, ::-1]  # first at or after u (w: none)
+  rows = np.arange(h)[:, None]
+  left, right = d[rows, np.clip(prev, 0, w - 1)], d[rows, np.clip(nxt, 0, w - 1)]
+  has_l, has_r = prev >= 0, nxt < w
+  out = np.where(valid, d, np.where(has_l & has_r, np.minimum(left, right),
+                                    np.where(has_r, right, np.where(has_l, left, -1.0))))
+  full = np.flatnonzero(valid.any(axis=1))
+  if full.size:
+    out[:full[0]] = out[full[0]]
+    out[full[-1] + 1:] = out[full[-1]]
+  return out
+
+
+def kitti_devkit_metrics(pred: np.ndarray, target: np.ndarray, *, quantize: bool = False) -> dict[str, np.ndarray]:
+  """The KITTI benchmark's MAE, RMSE, iMAE and iRMSE per image, with its conventions (devkit `evaluate_depth`).
+
+  The prediction is first filled as the devkit does (`kitti_devkit_fill`, optionally quantised to the 16-bit PNG
+  grid); then over the ground-truth pixels V = {target > 0}, with p the filled depth and t the target [m]:
+  devkit_mae = 1000 mean|t - p| [mm], devkit_rmse = 1000 sqrt(mean (t - p)^2) [mm],
+  devkit_imae = 1000 mean|1/t - 1/p| [1/km], devkit_irmse = 1000 sqrt(mean (1/t - 1/p)^2) [1/km].
+  They differ from `kitti_metrics` only where the prediction is missing (<= 0) or, with `quantize`, off the PNG
+  grid: `kitti_metrics` scores a 0 as a depth of 0 (iMAE = inf), the devkit fills it from its neighbours.
+  Host-side numpy (the fill is a scan over rows), computed in float64; split values are means over images, as
+  the devkit's.
+
+  Args:
+    pred, target: (B, H, W, 1) depth [m]; target 0 = no ground truth.
+    quantize: round the prediction to the PNG grid first (what the devkit sees of `pncnn_jax.predict`'s PNGs).
+
+  Returns:
+    dict of KITTI_DEVKIT_METRICS, each (B,) float64, and `num_valid` (B,) int |V| (NaN metrics where 0).
+  """
+  pred, target = np.asarray(pred), np.asarray(target)
+  if pred.ndim != 4 or pred.shape[-1] != 1 or pred.shape != target.shape:
+    raise ValueError(f"kitti_devkit_metrics: expected pred and target of one shape (B, H, W, 1), got {pred.shape} "
+                     f"and {target.shape}")
+  out = {k: np.full(pred.shape[0], np.nan) for k in KITTI_DEVKIT_METRICS}
+  out["num_valid"] = np.zeros(pred.shape[0], np.int64)
+  for b in range(pred.shape[0]):
+    t = target[b, ..., 0].astype(np.float64)
+    v = t > 0
+    n = int(v.sum())
+    out["num_valid"][b] = n
+    if n == 0:
+      continue
+    p, t = kitti_devkit_fill(pred[b, ..., 0], quantize=quantize)[v], t[v]
+    err, inv = np.abs(t - p), np.abs(1.0 / t - 1.0 / p)
+    out["devkit_mae"][b], out["devkit_rmse"][b] = 1000.0 * err.mean(), 1000.0 * np.sqrt(np.mean(err**2))
+    out["devkit_imae"][b], out["devkit_irmse"][b] = 1000.0 * inv.mean(), 1000.0 * np.sqrt(np.mean(inv**2))
+  return out

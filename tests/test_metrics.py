@@ -292,3 +292,71 @@ def test_mean_gaussian_nll_and_relation_to_loss():
   loss = losses.gaussian_nll(*(jnp.asarray(a.reshape(shape), jnp.float32)
                                for a in (mu, 1 / sigma**2, target)))
   np.testing.assert_allclose((float(loss) + math.log(2 * math.pi)) / 2, want, rtol=1e-5)
+
+
+# -------------------------------------------------------------------------------------------------
+# KITTI devkit conventions (issue 13.10): figures worked out by hand from the devkit's rules
+# -------------------------------------------------------------------------------------------------
+
+# A 4 x 6 prediction [m], 0 = missing, and five ground-truth pixels. The devkit's fill:
+#   row 1 [0 2 0 0 4 0]: left end <- first valid 2; the inner gap between 2 and 4 <- min = 2; right end <- last
+#                        valid 4                                                   -> [2 2 2 2 4 4]
+#   row 3 [5 0 3 0 0 0]: inner gap between 5 and 3 <- 3; right end <- 3            -> [5 3 3 3 3 3]
+#   row 0 (empty, above the first non-empty row) <- row 1; row 2 (empty, between non-empty rows) stays missing,
+#   which the devkit scores as a depth of -1 m.
+DEVKIT_PRED = np.array([[0, 0, 0, 0, 0, 0], [0, 2, 0, 0, 4, 0], [0, 0, 0, 0, 0, 0], [5, 0, 3, 0, 0, 0]], np.float32)
+DEVKIT_FILLED = np.array([[2, 2, 2, 2, 4, 4], [2, 2, 2, 2, 4, 4], [-1] * 6, [5, 3, 3, 3, 3, 3]], np.float64)
+DEVKIT_GT = {(0, 0): 2.5, (1, 2): 2.0, (1, 4): 5.0, (2, 0): 1.0, (3, 1): 4.0}  # filled p: 2, 2, 4, -1, 3
+
+
+def _devkit_case():
+  target = np.zeros_like(DEVKIT_PRED)
+  for (v, u), t in DEVKIT_GT.items():
+    target[v, u] = t
+  return DEVKIT_PRED[None, ..., None], target[None, ..., None]
+
+
+def test_kitti_devkit_fill_by_hand():
+  np.testing.assert_array_equal(M.kitti_devkit_fill(DEVKIT_PRED), DEVKIT_FILLED)
+  assert (M.kitti_devkit_fill(np.zeros((2, 3))) == -1).all()  # nothing to fill from
+  np.testing.assert_array_equal(M.kitti_devkit_fill(np.array([[np.nan, 7.0, -3.0]])), [[7.0, 7.0, 7.0]])
+
+
+def test_kitti_devkit_metrics_by_hand():
+  pred, target = _devkit_case()
+  got = M.kitti_devkit_metrics(pred, target)
+  # |t - p| = 0.5, 0, 1, 2, 1 m; |1/t - 1/p| = 0.1, 0, 0.05, 2, 1/12 per m.
+  assert got["num_valid"].tolist() == [5]
+  assert got["devkit_mae"][0] == pytest.approx(1000 * 4.5 / 5, rel=1e-12)  # 900 mm
+  assert got["devkit_rmse"][0] == pytest.approx(1000 * math.sqrt(6.25 / 5), rel=1e-12)  # 1118.03 mm
+  assert got["devkit_imae"][0] == pytest.approx(1000 * (0.1 + 0.05 + 2 + 1 / 12) / 5, rel=1e-12)  # 446.67 1/km
+  assert got["devkit_irmse"][0] == pytest.approx(1000 * math.sqrt((0.01 + 0.0025 + 4 + 1 / 144) / 5), rel=1e-12)
+  # Our metrics (the reference's) score the missing pixels as depth 0: the same image has an infinite iMAE.
+  ours = M.kitti_metrics(jnp.asarray(pred), jnp.asarray(target))
+  assert float(ours["mae"][0]) == pytest.approx(1000 * (2.5 + 2.0 + 1 + 1.0 + 4.0) / 5, rel=1e-6)  # 2100 mm
+  assert math.isinf(float(ours["imae"][0]))
+
+
+def test_kitti_devkit_png_quantisation_by_hand():
+  # 0.001 m is round(0.256) = 0 on the PNG grid (missing, filled with min(3, 5) = 3 m); 2.0019 m -> 512/256 = 2 m.
+  pred = np.array([[3.0, 0.001, 5.0, 2.0019]], np.float32)[None, ..., None]
+  target = np.array([[0.0, 4.0, 0.0, 2.0]], np.float32)[None, ..., None]
+  raw = M.kitti_devkit_metrics(pred, target)
+  q = M.kitti_devkit_metrics(pred, target, quantize=True)
+  assert raw["devkit_mae"][0] == pytest.approx(1000 * (3.999 + 0.0019) / 2, rel=1e-6)
+  assert q["devkit_mae"][0] == pytest.approx(1000 * (1.0 + 0.0) / 2, rel=1e-12)  # 500 mm
+  assert q["devkit_irmse"][0] == pytest.approx(1000 * math.sqrt((1 / 4 - 1 / 3) ** 2 / 2), rel=1e-12)
+
+
+def test_kitti_devkit_metrics_agree_with_ours_without_missing_predictions():
+  rng = np.random.default_rng(0)
+  pred = rng.uniform(2, 60, (2, 8, 10, 1)).astype(np.float32)
+  target = np.where(rng.random((2, 8, 10, 1)) < 0.3, rng.uniform(2, 60, (2, 8, 10, 1)), 0).astype(np.float32)
+  dev = M.kitti_devkit_metrics(pred, target)
+  ours = M.kitti_metrics(jnp.asarray(pred), jnp.asarray(target))
+  for k in ("mae", "rmse", "imae", "irmse"):
+    np.testing.assert_allclose(dev[f"devkit_{k}"], np.asarray(ours[k]), rtol=1e-5)
+  empty = M.kitti_devkit_metrics(pred, np.zeros_like(target))  # no ground truth: NaN, as kitti_metrics
+  assert np.isnan(empty["devkit_mae"]).all() and empty["num_valid"].tolist() == [0, 0]
+  with pytest.raises(ValueError, match=r"\(B, H, W, 1\)"):
+    M.kitti_devkit_metrics(pred[..., 0], target[..., 0])
