@@ -19,6 +19,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "training run directory (for bes
 _CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "best | latest | PATH (.pth.tar, .npz or a directory)")
 _OUTPUT = flags.DEFINE_string("output", None, "report directory (default: <workdir>/eval_<checkpoint>)")
 _PAIRS_DIR = flags.DEFINE_string("pairs_dir", None, "evaluate the KITTI PNG pairs under this directory instead")
+_ALLOW_MISMATCH = flags.DEFINE_bool("allow_mismatch", False, "evaluate a checkpoint trained on another dataset, "
+                                    "variant, loss or input scaling than --config says (refused otherwise)")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "call jax.distributed.initialize() (multi-host runs)")
 flags.mark_flags_as_required(["config"])
 
@@ -44,15 +46,22 @@ def main(argv):
     try:
       rows = ensemble.evaluate_ensemble_config(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value)
     except (ValueError, FileNotFoundError) as e:
-      sys.exit(f"error: {e}")
+      _fail(e, 2)
     print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
     return
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
-                                 output_dir=_OUTPUT.value)
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:  # bad input (DepthFileError, CheckpointFormatError
-    # included) or a diverged checkpoint
-    sys.exit(f"error: {e}")
+                                 output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value)
+  except FloatingPointError as e:  # a diverged checkpoint
+    _fail(e, 1)
+  except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError, a checkpoint
+    # trained as something else): one line, exit status 2
+    _fail(e, 2)
+
+
+def _fail(error: Exception, status: int) -> None:
+  print(f"error: {error}", file=sys.stderr)
+  sys.exit(status)
 
 
 if __name__ == "__main__":

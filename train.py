@@ -32,8 +32,12 @@ def main(argv):
   except ConfigError as e:  # a setting out of range: nothing was started
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:  # bad input or a diverged run: no traceback
-    sys.exit(f"error: {e}")
+  except FloatingPointError as e:  # a diverged run: no traceback
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  except (ValueError, FileNotFoundError) as e:  # bad input (a workdir of another run, ...): one line, status 2
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   if summary and jax.process_index() == 0:
     if "rows" in summary:  # an ensemble (configs/ensemble_synthetic.py): every member and fusion rule
       print(evaluate.format_table(summary["rows"], _CONFIG.value.metrics, header="member / fusion"))

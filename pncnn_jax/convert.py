@@ -4,16 +4,7 @@ Two input formats are read, by the restricted readers of `pncnn_jax.torch_pickle
 official legacy `torch.save` files (`checkpoint-9.pth.tar`) and `.npz` state dicts keyed by torch names (as in
 ../shared/reference/weights/). The variants an official checkpoint can hold follow from `models.VARIANTS`.
 
-Name mapping (torch state_dict -> our NHWC variables; conv kernels OIHW -> HWIO by transpose(2, 3, 1, 0)):
-  <est>.inc.conv.conv.{0,1,3,4}             -> params/<est>/inc/{conv0,bn0,conv1,bn1}
-  <est>.down{1,2,3}.mpconv.1.conv.{0,1,3,4} -> params/<est>/down{1,2,3}/...
-  <est>.up{2,3,4}.conv.conv.{0,1,3,4}       -> params/<est>/up{2,3,4}/...
-  <est>.outc.conv.{weight,bias}             -> params/<est>/outc/{kernel,bias}
-  BN weight, bias                           -> params/.../bn*/{scale,bias}
-  BN running_mean, running_var              -> batch_stats/.../bn*/{mean,var}
-  BN num_batches_tracked                    -> dropped (kept in the returned info)
-  nconv.nconvK.{weight_p,bias}              -> params/nconv/nconvK/{kernel_p,bias}   (raw pre-softplus weight)
-where <est> is conf_estimator or var_estimator.
+The torch name table and the state_dict <-> variables mapping are `pncnn_jax.torch_names`.
 
 CLI: python -m pncnn_jax.convert --input CKPT --output DIR [--variant NAME]
 """
@@ -30,204 +21,25 @@ import zipfile
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from pncnn_jax import checkpointing, models
+from pncnn_jax import config as config_lib
+from pncnn_jax.torch_names import (NCONV_SHAPES, UNET_BLOCKS, UNET_CHANNELS, expected_entries,  # noqa: F401
+                                   state_dict_to_variables, variables_to_state_dict)
 from pncnn_jax.torch_pickle import (CheckpointFormatError, TorchObject, to_plain, file_sha256,  # noqa: F401
                                    module_state_dict, read_npz_state_dict, read_torch_legacy)
 
-# --------------------------------------------------------------------------------------------------------------
-# The name table (REFERENCE 9.2).
-
-UNET_BLOCKS = {  # our block name -> torch module path inside a UNet / UNetSP
-    "inc": "inc.conv.conv",
-    "down1": "down1.mpconv.1.conv",
-    "down2": "down2.mpconv.1.conv",
-    "down3": "down3.mpconv.1.conv",
-    "up2": "up2.conv.conv",
-    "up3": "up3.conv.conv",
-    "up4": "up4.conv.conv",
-}
-# (in, out) channels of conv0 and conv1 of each block for the official 1 -> 1 UNet with m = 8 (REFERENCE 3.2).
-UNET_CHANNELS = {
-    "inc": ((1, 32), (32, 32)),
-    "down1": ((32, 32), (32, 32)),
-    "down2": ((32, 64), (64, 64)),
-    "down3": ((64, 64), (64, 64)),
-    "up2": ((128, 64), (64, 64)),
-    "up3": ((96, 32), (32, 32)),
-    "up4": ((64, 32), (32, 32)),
-}
-# NConvUNet: (C_out, C_in, k) of nconv1..7 (REFERENCE 2.1, 9.2).
-NCONV_SHAPES = {1: (2, 1, 5), 2: (2, 2, 5), 3: (2, 2, 5), 4: (2, 4, 3), 5: (2, 4, 3), 6: (2, 4, 3), 7: (1, 2, 1)}
-
-# args.loss of the official code -> our variant name.
+# args.loss of the official code -> our variant name, and our loss name.
 VARIANT_BY_LOSS = {
     "masked_l1": "ncnn_conf_l1",
     "masked_l2": "ncnn_conf_l2",
     "masked_prob_loss": "pncnn",
     "masked_prob_exp_loss": "pncnn_exp",
 }
+LOSS_BY_OFFICIAL_LOSS = {official: models.VARIANTS[v].loss for official, v in VARIANT_BY_LOSS.items()}
 # The shape of each variant we can load, from models.VARIANTS: (conf_estimator activation or None, var_estimator
 # present). 'cout_depth' variants (a 2-channel var_estimator input) have no official counterpart.
 _STRUCTURE = {name: (None if v.conf_estimator == "none" else v.conf_estimator, v.var_estimator != "none")
               for name, v in models.VARIANTS.items() if v.var_estimator != "cout_depth"}
-
-
-class _Entry:
-  """One state_dict entry: torch name, collection, path in the collection, kind and expected torch shape."""
-
-  __slots__ = ("name", "collection", "path", "kind", "shape")
-
-  def __init__(self, name, collection, path, kind, shape):
-    self.name, self.collection, self.path, self.kind, self.shape = name, collection, path, kind, shape
-
-
-def _unet_entries(prefix: str) -> list[_Entry]:
-  out = []
-  for block, torch_path in UNET_BLOCKS.items():
-    for i, (conv, bn) in enumerate((("conv0", "bn0"), ("conv1", "bn1"))):
-      cin, cout = UNET_CHANNELS[block][i]
-      base = f"{prefix}.{torch_path}.{3 * i}"
-      out.append(_Entry(f"{base}.weight", "params", (prefix, block, conv, "kernel"), "conv", (cout, cin, 3, 3)))
-      out.append(_Entry(f"{base}.bias", "params", (prefix, block, conv, "bias"), "vector", (cout,)))
-      base = f"{prefix}.{torch_path}.{3 * i + 1}"
-      out.append(_Entry(f"{base}.weight", "params", (prefix, block, bn, "scale"), "vector", (cout,)))
-      out.append(_Entry(f"{base}.bias", "params", (prefix, block, bn, "bias"), "vector", (cout,)))
-      out.append(_Entry(f"{base}.running_mean", "batch_stats", (prefix, block, bn, "mean"), "vector", (cout,)))
-      out.append(_Entry(f"{base}.running_var", "batch_stats", (prefix, block, bn, "var"), "vector", (cout,)))
-      out.append(_Entry(f"{base}.num_batches_tracked", None, None, "count", ()))
-  out.append(_Entry(f"{prefix}.outc.conv.weight", "params", (prefix, "outc", "kernel"), "conv", (1, 32, 1, 1)))
-  out.append(_Entry(f"{prefix}.outc.conv.bias", "params", (prefix, "outc", "bias"), "vector", (1,)))
-  return out
-
-
-def _nconv_entries() -> list[_Entry]:
-  out = []
-  for k, (cout, cin, ks) in NCONV_SHAPES.items():  # torch registers bias before weight_p (REFERENCE 9.2)
-    out.append(_Entry(f"nconv.nconv{k}.bias", "params", ("nconv", f"nconv{k}", "bias"), "vector", (cout,)))
-    out.append(_Entry(f"nconv.nconv{k}.weight_p", "params", ("nconv", f"nconv{k}", "kernel_p"), "conv",
-                      (cout, cin, ks, ks)))
-  return out
-
-
-def expected_entries(conf_estimator: bool, var_estimator: bool) -> list[_Entry]:
-  """The state_dict entries, in torch order, of a model with or without each UNet estimator."""
-  entries = _unet_entries("conf_estimator") if conf_estimator else []
-  entries += _nconv_entries()
-  if var_estimator:
-    entries += _unet_entries("var_estimator")
-  return entries
-
-
-def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
-  for p in path[:-1]:
-    tree = tree.setdefault(p, {})
-  tree[path[-1]] = value
-
-
-def _get(tree: Mapping, path: tuple[str, ...]) -> Any:
-  for p in path:
-    tree = tree[p]
-  return tree
-
-
-# --------------------------------------------------------------------------------------------------------------
-# state_dict <-> variables
-
-
-def state_dict_to_variables(sd: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-  """Maps a torch state_dict of an official pNCNN-family network to our variables (NHWC / HWIO).
-
-  Args:
-    sd: torch name -> array (numpy or anything `np.asarray` takes), weights OIHW as in PyTorch.
-
-  Returns:
-    (variables, structure): variables = {'params': ..., 'batch_stats': ...} (no 'batch_stats' for NCNN without
-    UNets), float32 numpy arrays; structure = {'conf_estimator': bool, 'var_estimator': bool,
-    'num_batches_tracked': {torch BN name: int}}.
-
-  Raises:
-    ValueError naming the unknown keys, the missing keys, or the keys whose shapes or dtypes are wrong.
-  """
-  keys = set(sd)
-  conf = any(k.startswith("conf_estimator.") for k in keys)
-  var = any(k.startswith("var_estimator.") for k in keys)
-  entries = expected_entries(conf, var)
-  names = {e.name for e in entries}
-  unknown = sorted(keys - names)
-  missing = [e.name for e in entries if e.name not in keys]
-  problems = []
-  if unknown:
-    problems.append(f"unknown keys {unknown}")
-  if missing:
-    problems.append(f"missing keys {missing}")
-  if problems:
-    raise ValueError(
-        f"state_dict does not match the official network (conf_estimator={conf}, var_estimator={var}): "
-        + "; ".join(problems))
-
-  variables: dict[str, Any] = {}
-  counts: dict[str, int] = {}
-  bad = []
-  for e in entries:
-    a = np.asarray(sd[e.name])
-    if tuple(a.shape) != e.shape:
-      bad.append(f"{e.name}: shape {tuple(a.shape)}, expected {e.shape}")
-      continue
-    if e.kind == "count":
-      if not np.issubdtype(a.dtype, np.integer):
-        bad.append(f"{e.name}: dtype {a.dtype}, expected an integer")
-        continue
-      counts[e.name] = int(a)
-      continue
-    if not np.issubdtype(a.dtype, np.floating):
-      bad.append(f"{e.name}: dtype {a.dtype}, expected floating point")
-      continue
-    a = a.astype(np.float32)
-    if e.kind == "conv":
-      a = np.ascontiguousarray(a.transpose(2, 3, 1, 0))  # OIHW -> HWIO
-    _set(variables.setdefault(e.collection, {}), e.path, a)
-  if bad:
-    raise ValueError("state_dict entries with wrong shape or dtype: " + "; ".join(bad))
-  return variables, {"conf_estimator": conf, "var_estimator": var, "num_batches_tracked": counts}
-
-
-def variables_to_state_dict(
-    variables: Mapping[str, Any], num_batches_tracked: int | Mapping[str, int] = 0
-) -> dict[str, np.ndarray]:
-  """The inverse of `state_dict_to_variables`: our variables -> a torch-named state_dict (OIHW, insertion order
-  = torch order), loadable with `load_state_dict(strict=True)` by the official network.
-
-  Args:
-    variables: {'params': ..., 'batch_stats'?: ...} as produced by our models.
-    num_batches_tracked: value of every BN `num_batches_tracked` (int), or a mapping torch name -> int.
-  """
-  params = variables.get("params")
-  if params is None:
-    raise ValueError(f"variables have no 'params' collection (collections: {sorted(variables)})")
-  conf, var = "conf_estimator" in params, "var_estimator" in params
-  extra = sorted(set(params) - {"conf_estimator", "var_estimator", "nconv"})
-  if extra or "nconv" not in params:
-    raise ValueError(f"params must hold nconv and optionally conf_estimator/var_estimator, got {sorted(params)}")
-  sd: dict[str, np.ndarray] = {}
-  for e in expected_entries(conf, var):
-    if e.kind == "count":
-      n = num_batches_tracked if isinstance(num_batches_tracked, int) else num_batches_tracked[e.name]
-      sd[e.name] = np.asarray(n, np.int64)
-      continue
-    try:
-      a = np.asarray(_get(variables[e.collection], e.path))
-    except KeyError as err:
-      raise ValueError(f"variables lack {e.collection}/{'/'.join(e.path)} (for {e.name})") from err
-    if e.kind == "conv":
-      a = a.transpose(3, 2, 0, 1)  # HWIO -> OIHW
-    if tuple(a.shape) != e.shape:
-      raise ValueError(f"{e.collection}/{'/'.join(e.path)}: shape {tuple(a.shape)} gives {e.name} of torch shape "
-                       f"{tuple(a.shape)}, expected {e.shape}")
-    sd[e.name] = np.ascontiguousarray(a, np.float32)
-  return sd
-
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -259,8 +71,6 @@ def _default_variant(conf: bool, var: bool, stem: str) -> tuple[str, str]:
   return default[(conf, var)], "weights structure (sigmoid vs softplus and the loss are not in an .npz)"
 
 
-
-
 def _dataset_name(args: Mapping[str, Any] | None, stem: str) -> str | None:
   if args and args.get("dataset"):
     return str(args["dataset"])
@@ -268,6 +78,23 @@ def _dataset_name(args: Mapping[str, Any] | None, stem: str) -> str | None:
     if stem.startswith(prefix):
       return name
   return None
+
+
+def official_identity(args: Mapping[str, Any] | None, variant: str, variant_source: str,
+                      stem: str) -> tuple[dict[str, Any], str]:
+  """(identity, where it comes from) of an official checkpoint (`config_lib.IDENTITY_FIELDS`): from its args
+  (dataset, loss, norm_factor) for a .pth.tar; for an .npz, which has none, the dataset from the file name and the
+  variant and loss only when the file name names the variant. Unknown fields are None."""
+  if args:
+    dataset = config_lib.DATASET_ALIASES.get(args.get("dataset"), args.get("dataset"))
+    loss = args.get("loss")
+    scale = 256.0 / float(args["norm_factor"]) if args.get("norm_factor") else None  # PNG / norm_factor, in metres
+    return ({"dataset": dataset, "variant": VARIANT_BY_LOSS.get(loss), "loss": LOSS_BY_OFFICIAL_LOSS.get(loss),
+             "input_scale": scale}, "its args")
+  dataset = _dataset_name(None, stem)
+  named = variant_source == "file name"
+  return ({"dataset": config_lib.DATASET_ALIASES.get(dataset, dataset), "variant": variant if named else None,
+           "loss": models.VARIANTS[variant].loss if named else None, "input_scale": None}, "its file name")
 
 
 def load_official(path: str | os.PathLike, variant: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -282,7 +109,8 @@ def load_official(path: str | os.PathLike, variant: str | None = None) -> tuple[
   Returns:
     (variables, info): variables = {'params', 'batch_stats'?} of float32 numpy arrays (NHWC/HWIO); info has
     'variant', 'variant_source', 'dataset', 'epoch', 'args' (dict or None), 'format', 'num_batches_tracked'
-    and, for .pth.tar, 'conf_estimator_class' and 'best_result'.
+    and, for .pth.tar, 'conf_estimator_class' and 'best_result'; 'identity' (what the checkpoint says it was trained
+    as, `official_identity`; a given `variant` does not change it) and 'identity_source'.
   """
   path = pathlib.Path(path)
   src = str(path)
@@ -311,6 +139,10 @@ def load_official(path: str | os.PathLike, variant: str | None = None) -> tuple[
     model = obj["model"]
     sd = module_state_dict(model)
     args = to_plain(obj.get("args")) if obj.get("args") is not None else None
+    if isinstance(args, dict) and (args.get("train_disp") or args.get("modality", "d") != "d"):
+      raise CheckpointFormatError(f"{src}: trained on modality={args.get('modality')!r}, train_disp="
+                                  f"{args.get('train_disp')!r}; only depth input (modality 'd', no disparity) is "
+                                  "supported")
     info.update(format="torch_legacy", epoch=obj.get("epoch"), args=args, model_class=model.torch_class)
     best = obj.get("best_result")
     if isinstance(best, TorchObject):
@@ -344,19 +176,30 @@ def load_official(path: str | os.PathLike, variant: str | None = None) -> tuple[
   _check_variant(variant, conf_act, var, src)
   info["variant"] = variant
   info["dataset"] = _dataset_name(info["args"], stem)
+  info["identity"], info["identity_source"] = official_identity(info["args"], variant, info["variant_source"], stem)
   if bad := checkpointing.non_finite_leaves(variables):  # poisoned weights would give all-zero depth, exit 0
     raise CheckpointFormatError(f"{src}: {len(bad)} weight tensor(s) hold NaN or inf, e.g. {bad[0]}; refusing them")
   return variables, info
 
 
+def convert(input_path: str | os.PathLike, output_dir: str | os.PathLike, variant: str | None = None, *,
+            allow_mismatch: bool = False) -> dict:
+  """Converts an official checkpoint into a pncnn_jax model checkpoint at `output_dir`; returns its metadata.
 
-
-def convert(input_path: str | os.PathLike, output_dir: str | os.PathLike, variant: str | None = None) -> dict:
-  """Converts an official checkpoint into a pncnn_jax model checkpoint at `output_dir`; returns its metadata."""
+  A `variant` that contradicts the checkpoint's args (its loss) is refused (`config.IdentityMismatchError`)
+  unless `allow_mismatch`. The metadata records the identity the weights were trained with (dataset, loss,
+  input_scale from the args) next to the variant they are stored as, so that a later use is checked too.
+  """
   variables, info = load_official(input_path, variant)
+  ident = info["identity"]
+  if variant is not None:
+    config_lib.check_identity(ident, {"variant": variant}, what=f"--input {input_path}", source=info["identity_source"],
+                              against="--variant", allow_mismatch=allow_mismatch)
   meta = {
       "variant": info["variant"],
       "variant_source": info["variant_source"],
+      "loss": ident["loss"] or models.VARIANTS[info["variant"]].loss,
+      "input_scale": ident["input_scale"] or config_lib.INPUT_SCALE,
       "source_file": os.path.abspath(input_path),
       "sha256": file_sha256(input_path),
       "epoch": info["epoch"],
@@ -374,12 +217,14 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--input", required=True, help="official .pth.tar (legacy torch format) or .npz state dict")
   parser.add_argument("--output", required=True, help="directory to write the pncnn_jax checkpoint to (new)")
   parser.add_argument("--variant", default=None, help="model variant (default: read from the checkpoint)")
+  parser.add_argument("--allow_mismatch", action="store_true",
+                      help="store the weights as --variant even where the checkpoint's args say another variant")
   a = parser.parse_args(argv)
   try:
-    meta = convert(a.input, a.output, a.variant)
+    meta = convert(a.input, a.output, a.variant, allow_mismatch=a.allow_mismatch)
   except (ValueError, FileNotFoundError, FileExistsError) as e:
     print(f"error: {e}", file=sys.stderr)
-    return 1
+    return 2
   out = os.path.abspath(a.output)
   print(f"wrote {out}: variant {meta['variant']} ({meta['variant_source']}), dataset {meta['dataset']}, "
         f"epoch {meta['epoch']}, sha256 {meta['sha256'][:16]}")

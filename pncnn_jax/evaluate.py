@@ -289,14 +289,21 @@ def _json_default(o: Any) -> Any:
 
 
 def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *, pairs_dir: str | None = None,
-                        output_dir: str | None = None, progress: bool = True) -> tuple[EvalResult, dict[str, str]]:
+                        output_dir: str | None = None, progress: bool = True,
+                        allow_mismatch: bool = False) -> tuple[EvalResult, dict[str, str]]:
   """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
   `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`).
-  The checkpoint (any kind, `loader.load`, shipped names 'synthetic:<name>' included) must hold `config.variant`;
-  the model is the config's, except `mask_input_confidence`, which is part of what the weights were trained as and
-  is taken from the checkpoint when it records it."""
+  The checkpoint (any kind, `loader.load`, shipped names 'synthetic:<name>' included) must have been trained as
+  the config says (`config.identity`: dataset, or 'kitti_depth' with `pairs_dir`; variant; loss; input scaling),
+  else `config.IdentityMismatchError` unless `allow_mismatch`. The model is the config's, except
+  `mask_input_confidence`, which is part of what the weights were trained as and is taken from the checkpoint when
+  it records it."""
   loss_name = config_lib.variant_loss(config)
-  ckpt = loader.load(checkpoint, workdir=workdir, variant=config.variant)
+  expect = config_lib.identity(config)
+  if pairs_dir:
+    expect["dataset"] = "kitti_depth"
+  ckpt = loader.load(checkpoint, workdir=workdir, variant=config.variant, expect=expect,
+                     allow_mismatch=allow_mismatch, against="--config with --pairs_dir" if pairs_dir else "--config")
   variables, meta = ckpt.variables, ckpt.meta
   settings = config_lib.model_settings(config)
   if "mask_input_confidence" in ckpt.model_settings:
@@ -315,7 +322,8 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
     output_dir = str(pathlib.Path(workdir) / f"eval_{tag}")
   name = f"{config.variant}@{tag}"
   extra = {"checkpoint": checkpoint, "checkpoint_step": meta.get("step"), "variant": config.variant,
-           "loss": loss_name, "data": pairs_dir or f"{config.data.dataset}/{config.data.eval_split}"}
+           "loss": loss_name, "data": pairs_dir or f"{config.data.dataset}/{config.data.eval_split}",
+           "checkpoint_identity": ckpt.identity, "identity_mismatch_allowed": bool(allow_mismatch)}
   paths = write_reports(result, output_dir, name, config.metrics, extra)
   if jax.process_index() == 0:
     print(format_table({name: result.summary()}, config.metrics))

@@ -62,10 +62,10 @@ CONFIDENCE_KINDS = {
 }
 
 
-def load(checkpoint: str | pathlib.Path, variant: str | None = None) -> loader.Loaded:
+def load(checkpoint: str | pathlib.Path, variant: str | None = None, allow_mismatch: bool = False) -> loader.Loaded:
   """`loader.load` (the one checkpoint loader), its errors naming --checkpoint."""
   try:
-    return loader.load(checkpoint, variant=variant)
+    return loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
   except (ValueError, FileNotFoundError) as e:
     if str(e).startswith("--checkpoint"):
       raise
@@ -204,13 +204,14 @@ def sidecar(variant: str, loss: str, height: int, width: int, *, formats: tuple[
 
 def export_checkpoint(checkpoint: str, output_dir: str, height: int, width: int, *, variant: str | None = None,
                       formats: tuple[str, ...] = FORMATS, platforms: tuple[str, ...] = ("cpu", "cuda"),
-                      onnx_batch: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
+                      onnx_batch: int = 1, log: Callable[[str], None] = print,
+                      allow_mismatch: bool = False) -> dict[str, Any]:
   """What `python -m pncnn_jax.export` does; returns the sidecar dict (also written to DIR/export.json)."""
   check_size("--height", height)
   check_size("--width", width)
   if onnx_batch < 1:
     raise ValueError(f"--onnx_batch must be >= 1, got {onnx_batch}")
-  ckpt = load(checkpoint, variant)
+  ckpt = load(checkpoint, variant, allow_mismatch)
   if "onnx" in formats:
     _jax2onnx()  # fail before writing anything when the extra is missing
   model, variables, variant, loss = ckpt.build_model(), ckpt.variables, ckpt.variant, ckpt.loss
@@ -263,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--platforms", default="cpu,cuda",
                       help=f"platforms of the StableHLO artifact, a comma-separated subset of {list(PLATFORMS)}")
   parser.add_argument("--onnx_batch", type=int, default=1, help="the fixed batch size of the ONNX model")
+  parser.add_argument("--allow_mismatch", action="store_true",
+                      help="use --variant even where the checkpoint says it was trained as another variant")
   args = parser.parse_args(argv)
   try:
     if args.variant is not None and args.variant not in models.VARIANTS:
@@ -272,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     check_size("--height", args.height)
     check_size("--width", args.width)
     export_checkpoint(args.checkpoint, args.output, args.height, args.width, variant=args.variant,
-                      formats=formats, platforms=platforms, onnx_batch=args.onnx_batch)
+                      formats=formats, platforms=platforms, onnx_batch=args.onnx_batch,
+                      allow_mismatch=args.allow_mismatch)
   except (ValueError, FileNotFoundError, ImportError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -39,10 +39,11 @@ from pncnn_jax.data import io
 MULTIPLE = 8  # three 2x2 poolings
 
 
-def load_model(checkpoint: str | pathlib.Path, variant: str | None = None) -> tuple[models.PNCNN, dict[str, Any], str]:
+def load_model(checkpoint: str | pathlib.Path, variant: str | None = None,
+               allow_mismatch: bool = False) -> tuple[models.PNCNN, dict[str, Any], str]:
   """(model, variables, loss name) of any checkpoint (`loader.load`), the model built with the settings stored
-  with it (e.g. its conv_precision)."""
-  ckpt = loader.load(checkpoint, variant=variant)
+  with it (e.g. its conv_precision). A `variant` the checkpoint contradicts is refused unless `allow_mismatch`."""
+  ckpt = loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
   return ckpt.build_model(), ckpt.variables, ckpt.loss
 
 
@@ -136,7 +137,7 @@ def _predict_one(model, variables, loss, fn, src: pathlib.Path, stem: pathlib.Pa
 
 
 def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: str | None = None,
-                  multiple: int = MULTIPLE) -> list[str]:
+                  multiple: int = MULTIPLE, allow_mismatch: bool = False) -> list[str]:
   """Predicts every input file; returns the messages of the files that failed (empty: all succeeded).
 
   Raises ValueError before reading the checkpoint if the outputs could overwrite an input (`check_output`).
@@ -147,7 +148,7 @@ def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: st
   check_output(files, pathlib.Path(input_path), out_root)
   if out_root.exists() and not out_root.is_dir():
     raise ValueError(f"--output {output_dir} is a file, not a folder")
-  model, variables, loss = load_model(checkpoint, variant)
+  model, variables, loss = load_model(checkpoint, variant, allow_mismatch)
   fn = make_predict_fn(model)
   failures = []
   for src, rel in files:
@@ -171,11 +172,14 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--variant", default=None, help=f"model variant, one of {sorted(models.VARIANTS)}")
   parser.add_argument("--pad_multiple", type=int, default=MULTIPLE,
                       help="zero-pad to a multiple of this (1: run at the image's own size, as the reference)")
+  parser.add_argument("--allow_mismatch", action="store_true",
+                      help="use --variant even where the checkpoint says it was trained as another variant")
   args = parser.parse_args(argv)
   if args.variant is not None and args.variant not in models.VARIANTS:
     parser.error(f"--variant {args.variant!r} is not one of {sorted(models.VARIANTS)}")
   try:
-    failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple)
+    failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple,
+                             args.allow_mismatch)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

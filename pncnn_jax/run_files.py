@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import pathlib
 import time
 from typing import Any, Mapping
@@ -36,6 +37,23 @@ class MetricWriter:
       except ImportError:
         pass
 
+  def drop_after(self, step: int) -> int:
+    """Removes the rows of steps after `step` (those a killed run wrote after its last checkpoint, which the
+    resumed run writes again), atomically: the kept rows go to a temporary file that replaces the old one.
+    Lines that are not JSON rows (a line cut by the kill) are dropped too. Returns the number of lines dropped."""
+    if not self.enabled or not self.path.exists():
+      return 0
+    lines = self.path.read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if _row_step(line) is not None and _row_step(line) <= step]
+    if len(kept) == len(lines):
+      return 0
+    tmp = self.path.with_name(self.path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, self.path)
+    log.warning("%s: dropped %d row(s) after step %d (written after the last checkpoint)", self.path,
+                len(lines) - len(kept), step)
+    return len(lines) - len(kept)
+
   def write(self, step: int, split: str, values: Mapping[str, Any]) -> None:
     if not self.enabled:
       return
@@ -52,6 +70,15 @@ class MetricWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+def _row_step(line: str) -> int | None:
+  """The step of a metrics.jsonl row, or None for a line that is not a row."""
+  try:
+    row = json.loads(line)
+  except json.JSONDecodeError:
+    return None
+  return row.get("step") if isinstance(row, dict) and isinstance(row.get("step"), int) else None
 
 
 def _jsonable(v: Any) -> Any:

@@ -256,6 +256,30 @@ def _last_good(ckpt: checkpointing.Checkpointer) -> str:
           f"step folders under {ckpt.directory} (kept steps: {steps}).")
 
 
+def _resume(ckpt: checkpointing.Checkpointer, job: _Job, state: ts.TrainState, config, workdir: pathlib.Path,
+            mesh: Mesh) -> ts.TrainState:
+  """The latest checkpoint's state if it was trained as `config` says and is finite; else `state`, replicated."""
+  latest = ckpt.latest_step()
+  if latest is None:
+    return sharding.replicate(state, mesh)
+  meta = ckpt.restore_metadata(latest)
+  config_lib.check_identity(config_lib.checkpoint_identity(meta), config_lib.identity(config),
+                            what=f"checkpoint {latest} in {workdir}", source="its metadata",
+                            remedy="use another --workdir")
+  target = checkpointing.abstract_like(ts.state_to_tree(state), sharding.replicated(mesh))
+  state = ts.tree_to_state(state, ckpt.restore(latest, target=target)[0])
+  if not bool(jax.device_get(ts.state_is_finite(state))):  # an ensemble: all members at once
+    earlier = [s for s in ckpt.all_steps() if s < latest]
+    raise FloatingPointError(
+        f"checkpoint {latest} in {workdir} holds non-finite or overflowing parameters or BatchNorm statistics: the "
+        f"run diverged before it was saved. To resume from an earlier step, remove {ckpt.directory / str(latest)}"
+        + (f" (earlier steps: {earlier})" if earlier else " (no earlier step: use a new --workdir)")
+        + " and lower config.learning_rate.")
+  job.on_restore(meta, latest)
+  log.info("resumed from step %d in %s", latest, workdir)
+  return state
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
                        *, stop_after_steps: int | None = None) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming from its latest checkpoint), validating every epoch.
@@ -291,34 +315,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   state = job.state
 
   ckpt = checkpointing.Checkpointer(workdir, max_to_keep=config.max_to_keep, keep_best=True, best_metric="rmse")
-  writer = run_files.MetricWriter(workdir, enabled=is_main)
-  latest = ckpt.latest_step()
-  if latest is not None:
-    target = checkpointing.abstract_like(ts.state_to_tree(state), sharding.replicated(mesh))
-    tree, meta = ckpt.restore(latest, target=target)
-    state = ts.tree_to_state(state, tree)
-    if not bool(jax.device_get(ts.state_is_finite(state))):  # an ensemble: all members at once
-      earlier = [s for s in ckpt.all_steps() if s < latest]
-      raise FloatingPointError(
-          f"checkpoint {latest} in {workdir} holds non-finite or overflowing parameters or BatchNorm statistics: the "
-          f"run diverged before it was saved. To resume from an earlier step, remove {ckpt.directory / str(latest)}"
-          + (f" (earlier steps: {earlier})" if earlier else " (no earlier step: use a new --workdir)")
-          + " and lower config.learning_rate.")
-    if meta.get("variant") != config.variant:
-      raise ValueError(f"checkpoint {latest} in {workdir} is of variant {meta.get('variant')!r}, the config asks "
-                       f"for {config.variant!r}")
-    job.on_restore(meta, latest)
-    log.info("resumed from step %d in %s", latest, workdir)
-  else:
-    state = sharding.replicate(state, mesh)
+  try:
+    state = _resume(ckpt, job, state, config, workdir, mesh)
+  except BaseException:
+    ckpt.close()  # no orbax thread left behind to print after the message
+    raise
   start = int(np.ravel(np.asarray(state.step))[0])  # (K,) steps for an ensemble, all equal
+  writer = run_files.MetricWriter(workdir, enabled=is_main)
+  writer.drop_after(start)  # rows a killed run wrote after its last checkpoint: the resumed run rewrites them
   per_call = job.steps_per_call
   stop_at = total_steps if stop_after_steps is None else min(total_steps, start + stop_after_steps)
   job.start_at(start)
 
-  def metadata(step: int) -> dict[str, Any]:
-    return {"variant": config.variant, "loss": loss_name, "step": step, "epoch": step / spe,
-            "steps_per_epoch": spe, **job.extra_meta(), "config": json.loads(config.to_json_best_effort())}
+  def metadata(step: int) -> dict[str, Any]:  # identity: dataset, variant, loss, input_scale
+    return {**config_lib.identity(config), "step": step, "epoch": step / spe, "steps_per_epoch": spe,
+            **job.extra_meta(), "config": json.loads(config.to_json_best_effort())}
 
   summary: dict[str, Any] = {}
   bar = None

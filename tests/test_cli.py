@@ -86,15 +86,15 @@ def test_config_typo_is_a_clear_error(tmp_path):
 def test_bad_inputs_are_clear_errors(tmp_path):
   r = run(["train.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={tmp_path}",
            "--config.batch_size=3"])
-  assert r.returncode == 1 and "batch_size=3 is not divisible by the number of devices (2)" in r.stderr
+  assert r.returncode == 2 and "batch_size=3 is not divisible by the number of devices (2)" in r.stderr
   r = run(["eval.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={tmp_path / 'none'}",
            "--checkpoint=best"])
-  assert r.returncode == 1 and "holds no checkpoints" in r.stderr
+  assert r.returncode == 2 and "holds no checkpoints" in r.stderr
   bad = tmp_path / "bad.pth.tar"
   bad.write_bytes(b"garbage")
   r = run(["eval.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--output={tmp_path / 'o'}",
            f"--checkpoint={bad}"])
-  assert r.returncode == 1 and "bad.pth.tar" in r.stderr
+  assert r.returncode == 2 and "bad.pth.tar" in r.stderr
 
 
 def test_ensemble_train_and_eval_cli(tmp_path):

@@ -333,7 +333,7 @@ def test_cli_writes_a_restorable_checkpoint(shared_dir, checkpoints_info, tmp_pa
   assert meta["variant"] == "ncnn_conf_l2" and meta["dataset"] == "kitti_depth" and meta["epoch"] == 9
   assert meta["sha256"] == golden["sha256"] and meta["source_file"] == str(src)
   # A second run does not overwrite the output.
-  assert convert.main(["--input", str(src), "--output", str(out_dir)]) == 1
+  assert convert.main(["--input", str(src), "--output", str(out_dir)]) == 2
   assert "already exists" in capsys.readouterr().err
 
 
@@ -349,7 +349,7 @@ def test_cli_entry_point(shared_dir, tmp_path):
   r = subprocess.run([sys.executable, "-m", "pncnn_jax.convert", "--input", str(tmp_path / "nope.pth.tar"),
                       "--output", str(tmp_path / "x")], capture_output=True, text=True, env=env, cwd=REPO,
                      timeout=120)
-  assert r.returncode == 1 and "nope.pth.tar does not exist" in r.stderr
+  assert r.returncode == 2 and "nope.pth.tar does not exist" in r.stderr
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -450,3 +450,71 @@ def test_legacy_reader_geometry(tmp_path, monkeypatch):
   monkeypatch.undo()
   with pytest.raises(convert.CheckpointFormatError, match=r"exceeds its storage"):
     convert.read_torch_legacy(f)
+
+
+def write_crafted_stride_zero(path, monkeypatch):
+  """A legacy checkpoint whose one tensor claims 2^45 elements (128 TiB of float32) over a 4-element storage by
+  stride 0: the reader used to materialise it ("Unable to allocate 364 TiB")."""
+  mods = _fake_torch_modules(monkeypatch)
+  storage = _FakeStorage("1", np.arange(4, dtype=np.float32))
+  model = _module(mods["network"].CNN)
+  model._parameters["w"] = _FakeTensor(storage, 0, (1 << 15,) * 3, (0, 0, 0))
+  _write_legacy(path, {"args": None, "epoch": 1, "model": model}, [storage], mods)
+  monkeypatch.undo()
+
+
+def test_stride_zero_tensor_is_refused_without_allocating(tmp_path, monkeypatch):
+  """Issue 13.8: a crafted tensor with stride 0 and an absurd size failed with "Unable to allocate 364 TiB"."""
+  f = tmp_path / "crafted.pth.tar"
+  write_crafted_stride_zero(f, monkeypatch)
+  with pytest.raises(convert.CheckpointFormatError, match=re.escape(
+      f"{f}: tensor of size (32768, 32768, 32768) (35184372088832 elements) with stride (0, 0, 0) repeats the 4 "
+      "elements of its storage (zero or overlapping strides): crafted or corrupt; refusing it")):
+    convert.read_torch_legacy(f)
+
+
+def test_empty_files_are_named_as_empty(tmp_path):
+  """Issue 13.9: an empty .npz was called "not a torch checkpoint"."""
+  empty_npz, empty = tmp_path / "weights.npz", tmp_path / "zero.pth.tar"
+  np.savez(empty_npz)
+  empty.write_bytes(b"")
+  with pytest.raises(convert.CheckpointFormatError, match=re.escape(
+      f"{empty_npz} is an empty zip archive (an .npz without arrays), not a checkpoint")):
+    convert.load_official(empty_npz)
+  with pytest.raises(convert.CheckpointFormatError, match=re.escape(f"{empty} is an empty file (0 bytes)")):
+    convert.load_official(empty)
+
+
+@pytest.mark.parametrize("stem,identity", [
+    ("kitti_ncnn_conf_l1", {"dataset": "kitti_depth", "variant": "ncnn_conf_l1", "loss": "masked_l1",
+                            "input_scale": 1.0}),
+    ("kitti_ncnn_conf_l2", {"dataset": "kitti_depth", "variant": "ncnn_conf_l2", "loss": "masked_l2",
+                            "input_scale": 1.0}),
+    ("nyu_ncnn_conf_l1", {"dataset": "nyu_depth", "variant": "ncnn_conf_l1", "loss": "masked_l1",
+                          "input_scale": 1.0}),
+])
+def test_official_identity_comes_from_the_args(shared_dir, checkpoints_info, stem, identity):
+  """Issue 13.4/13.5: the args of an official checkpoint (dataset, loss, norm_factor 256 = metres; see
+  golden/checkpoints_info.json) say what it was trained as, whatever variant it is loaded as."""
+  args = checkpoints_info[f"{stem}/checkpoint-9.pth.tar"]["args"]
+  assert (args["norm_factor"], args["train_disp"], args["modality"]) == (256, False, "d")
+  _, info = convert.load_official(ckpt_path(stem))
+  assert info["identity"] == identity and info["identity_source"] == "its args"
+  _, given = convert.load_official(ckpt_path(stem), variant="ncnn_conf_l2" if "l1" in stem else "ncnn_conf_l1")
+  assert given["identity"] == identity  # a given variant does not rewrite the record
+  _, npz = convert.load_official(WEIGHTS / f"{stem}.npz")  # no args: the dataset and variant from the file name
+  assert npz["identity"] == {**identity, "input_scale": None} and npz["identity_source"] == "its file name"
+
+
+def test_convert_refuses_a_variant_its_args_contradict(shared_dir, tmp_path, capsys):
+  src = ckpt_path("kitti_ncnn_conf_l2")
+  assert convert.main(["--input", str(src), "--output", str(tmp_path / "a"), "--variant", "ncnn_conf_l1"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == (f"error: --input {src} was trained as variant 'ncnn_conf_l2' (its args), but --variant asks for "
+                 "variant 'ncnn_conf_l1'; pass --allow_mismatch to use it anyway")
+  assert not (tmp_path / "a").exists()
+  assert convert.main(["--input", str(src), "--output", str(tmp_path / "b"), "--variant", "ncnn_conf_l1",
+                       "--allow_mismatch"]) == 0
+  _, meta = checkpointing.restore_variables(tmp_path / "b")
+  assert (meta["variant"], meta["loss"], meta["dataset"], meta["input_scale"]) == ("ncnn_conf_l1", "masked_l2",
+                                                                                   "kitti_depth", 1.0)

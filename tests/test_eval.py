@@ -88,6 +88,29 @@ def test_checkpoint_of_another_variant_is_a_clear_error(shared_dir):
     loader.load("best", variant=cfg.variant)
 
 
+@pytest.mark.parametrize("config,checkpoint,message", [
+    ("kitti.py:ncnn_conf_l1", "nyu_ncnn_conf_l1_checkpoint-9.pth.tar",
+     "was trained as dataset 'nyu_depth' (its args), but --config asks for dataset 'kitti_depth'"),
+    ("kitti.py:ncnn_conf_l1", "kitti_ncnn_conf_l2_checkpoint-9.pth.tar",
+     "was trained as variant 'ncnn_conf_l2', loss 'masked_l2' (its args), but --config asks for variant "
+     "'ncnn_conf_l1', loss 'masked_l1'"),
+    ("nyu.py:ncnn_conf_l1", "kitti_ncnn_conf_l1_checkpoint-9.pth.tar",
+     "was trained as dataset 'kitti_depth' (its args), but --config asks for dataset 'nyu_depth'"),
+])
+def test_a_checkpoint_trained_as_something_else_is_refused(shared_dir, config, checkpoint, message):
+  """Issue 13.4: the NYU NCNN-Conf checkpoint was evaluated under configs/kitti.py:ncnn_conf_l1 without a word
+  (MAE 1272 mm), and an L2 checkpoint under an L1 config was reported as L1."""
+  del shared_dir
+  cfg = config_lib.load_config(f"{REPO}/configs/{config}")
+  path = str(REFERENCE / "checkpoints" / checkpoint)
+  with pytest.raises(config_lib.IdentityMismatchError) as e:
+    loader.load(path, variant=cfg.variant, expect=config_lib.identity(cfg))
+  assert str(e.value) == f"--checkpoint={path} {message}; pass --allow_mismatch to use it anyway"
+  ckpt = loader.load(path, variant=cfg.variant, expect=config_lib.identity(cfg), allow_mismatch=True)
+  assert ckpt.variant == cfg.variant and ckpt.identity_source == "its args"
+  assert ckpt.loss == ckpt.identity["loss"]  # the loss it was trained with, not the config's
+
+
 # ------------------------------------------------------------------------------------------------ AUROC, sigma
 
 

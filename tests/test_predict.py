@@ -95,8 +95,11 @@ def test_the_loader_rebuilds_the_model_a_run_was_trained_with(pncnn_checkpoint, 
   assert loader.load(tmp_path / "new").build_model() is predict.load_model(tmp_path / "new")[0]  # one instance
   got, _, _ = predict.load_model(pncnn_checkpoint[0])  # no stored config: the model's defaults
   assert got == model and got.conv_precision == "highest"
-  with pytest.raises(ValueError, match="holds variant 'pncnn', not 'ncnn'"):
+  with pytest.raises(ValueError, match=r"was trained as variant 'pncnn' \(its metadata\), but --config asks for "
+                     "variant 'ncnn'; pass --allow_mismatch"):
     loader.load(tmp_path / "new", variant="ncnn")
+  with pytest.raises(ValueError, match="holds variant 'pncnn', whose weights do not fit 'ncnn'"):
+    loader.load(tmp_path / "new", variant="ncnn", allow_mismatch=True)  # the override cannot change the weights
 
 
 def _sparse_png(path, seed=0, shape=(16, 24)):
@@ -180,5 +183,5 @@ def test_poisoned_weights_are_refused(tmp_path, capsys):
   assert predict.main(["--checkpoint", str(poisoned), "--input", str(tmp_path / "a.png"), "--output",
                        str(tmp_path / "out")]) == 2
   assert "kitti_ncnn_conf_l1.npz" in capsys.readouterr().err and not (tmp_path / "out").exists()
-  assert convert.main(["--input", str(poisoned), "--output", str(tmp_path / "conv")]) == 1
+  assert convert.main(["--input", str(poisoned), "--output", str(tmp_path / "conv")]) == 2
   assert not (tmp_path / "conv").exists()

@@ -19,7 +19,7 @@ LAYERS = [
     ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth", "data.nyu_depth"],
     ["layers", "metrics", "data.pipeline", "data"],
     ["models"],
-    ["losses", "torch_pickle", "checkpointing", "sharding"],
+    ["losses", "torch_pickle", "torch_names", "checkpointing", "sharding"],
     ["config", "convert", "train_step"],
     ["loader", "fusion", "paper"],
     ["evaluate"],

@@ -10,7 +10,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from conftest import REPO
-from pncnn_jax import checkpointing, data, sharding, train
+from pncnn_jax import checkpointing, data, run_files, sharding, train
 from pncnn_jax import config as config_lib
 from pncnn_jax import train_step as ts
 
@@ -128,12 +128,28 @@ def test_kill_and_resume_gives_the_uninterrupted_parameters(tmp_path):
   # StepLR: lr_decay_epochs=3 > 2 epochs, so the lr is the base lr throughout.
   assert all(r["lr"] == pytest.approx(0.01) for r in train_rows)
   resumed_rows = [json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
-  assert [r["step"] for r in resumed_rows if r["split"] == "train"] == [1, 2, 3, 3, 4]  # step 3 ran twice
+  # Step 3 ran twice; its first row, written after the last checkpoint, was dropped on resume (issue 13.9: the
+  # file repeated up to 13 rows).
+  assert [(r["step"], r["split"]) for r in resumed_rows] == [(r["step"], r["split"]) for r in rows]
+  # Every checkpoint records what it was trained as (issue 13, checkpoint identity).
+  assert {k: meta_a[k] for k in config_lib.IDENTITY_FIELDS} == {
+      "dataset": "synthetic", "variant": "ncnn_conf_l1", "loss": "masked_l1", "input_scale": 1.0}
   assert json.loads((tmp_path / "full" / "config.json").read_text())["variant"] == "ncnn_conf_l1"
   best = checkpointing.Checkpointer(tmp_path / "full", async_save=False)
   vals = {r["step"]: r["rmse"] for r in rows if r["split"] == "val"}
   assert best.best_step() == min(vals, key=vals.get)
   best.close()
+
+
+def test_metric_rows_after_the_restored_step_are_dropped_atomically(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  rows = [json.dumps({"step": s, "split": "train"}) for s in (1, 2, 3, 4, 5)]
+  path.write_text("\n".join(rows) + '\n{"step": 6, "spl')  # the last line cut by a kill
+  writer = run_files.MetricWriter(tmp_path)
+  assert writer.drop_after(3) == 3
+  assert path.read_text().splitlines() == rows[:3]
+  assert writer.drop_after(3) == 0 and not list(tmp_path.glob("*.tmp"))  # replaced, nothing left behind
+  writer.close()
 
 
 def test_call_lengths_stop_at_every_boundary():
