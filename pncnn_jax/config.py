@@ -164,7 +164,7 @@ class ConfigError(ValueError):
 def check_config(config: ml_collections.ConfigDict, *, training: bool = True) -> None:
   """Checks the ranges a run needs before it starts (ConfigError naming the field otherwise): learning_rate > 0
   and finite, num_epochs >= 1 and batch_size >= 1 (training), eval_batch_size >= 1, crop sizes >= 1 for the
-  crops in use."""
+  crops in use and within the smallest frame of their split (`data.smallest_frame`)."""
   def need(ok: bool, field: str, rule: str) -> None:
     if not ok:
       value = config
@@ -190,6 +190,11 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
         v = d.get(f"{kind}_crop_{dim}")
         need(is_int(v) and v >= 1, f"data.{kind}_crop_{dim}", f"an integer >= 1 (the {kind} crop is "
              f"{d.get(f'{kind}_crop')!r})")
+      frame = data.smallest_frame(d.dataset, d.get(f"{kind}_split"))
+      for dim, limit in zip(("height", "width"), frame or ()):
+        need(d.get(f"{kind}_crop_{dim}") <= limit, f"data.{kind}_crop_{dim}",
+             f"<= {limit}: the {kind} crop {d[f'{kind}_crop_height']}x{d[f'{kind}_crop_width']} does not fit in the "
+             f"{frame[0]}x{frame[1]} frames of {d.dataset}/{d.get(f'{kind}_split')}")
 
 
 

@@ -34,3 +34,19 @@ drop_remainder (fixed shapes); other splits: in order, last partial batch kept.
 
 from pncnn_jax.data.pipeline import DataConfig, make_dataset, make_iterator  # noqa: F401
 from pncnn_jax.data.synthetic import SyntheticConfig, generate  # noqa: F401
+
+
+def smallest_frame(dataset: str, split: str) -> tuple[int, int] | None:
+  """(rows, columns) of the smallest frame of a dataset's split, or None if unknown: a crop must fit in it.
+
+  synthetic: the scene generator's frame (352 x 1216); kitti_depth: the cropped selection/test sets are 352 x 1216,
+  the raw train/val frames 370-376 x 1224-1242 (REFERENCE.md 7.3), so 370 x 1224; nyu_depth: 480 x 640.
+  """
+  from pncnn_jax.data import synthetic  # pylint: disable=g-import-not-at-top
+  if dataset == "synthetic":
+    return synthetic.KITTI_HEIGHT, synthetic.KITTI_WIDTH
+  if dataset == "kitti_depth":
+    return (352, 1216) if split in ("selval", "test") else (370, 1224)
+  if dataset == "nyu_depth":
+    return 480, 640
+  return None
