@@ -125,6 +125,28 @@ def test_kitti_unreadable_files_are_listed(tmp_path):
   assert f"{small}: size (20, 10)" in str(e.value)
 
 
+def test_kitti_every_bad_file_is_reported_by_one_build(tmp_path):
+  """Issue 13.9: the builder stopped at the first bad split, so a second run was needed to see the rest."""
+  root = tmp_path / "kitti"
+  shutil.copytree(KITTI_MINI, root)
+  shutil.copytree(root / "train", root / "val")
+  unpaired = root / "train" / DRIVE / "proj_depth/velodyne_raw/image_03/0000000005.png"
+  (root / "train" / DRIVE / "proj_depth/groundtruth/image_03/0000000005.png").unlink()
+  truncated = root / "val" / DRIVE / "proj_depth/groundtruth/image_02/0000000005.png"
+  truncated.write_bytes(truncated.read_bytes()[:500])
+  misnamed = root / "depth_selection/val_selection_cropped/velodyne_raw/frame.png"
+  misnamed.parent.mkdir(parents=True)
+  shutil.copy(unpaired, misnamed)
+  with pytest.raises(kitti_depth.KittiDepthBuildError) as e:
+    _build(kitti_depth.KittiDepth, tmp_path / "data", root)
+  msg = str(e.value)
+  assert msg.startswith("the KITTI folder has bad files (all of them are listed")
+  assert f"no ground truth for {unpaired}" in msg
+  assert f"1 file names not in KITTI's selection pattern:\n  {misnamed}" in msg
+  assert f"1 unreadable KITTI files:\n  {truncated}: truncated or corrupt" in msg
+  assert not list((tmp_path / "data").glob("kitti_depth/*/*.array_record*"))  # nothing half-built
+
+
 def test_kitti_missing_folder_shows_instructions(tmp_path):
   with pytest.raises(kitti_depth.KittiDepthBuildError, match="data_depth_annotated.zip"):
     kitti_depth.find_examples(tmp_path / "nowhere")

@@ -14,6 +14,7 @@ then read with `tfds.data_source('kitti_depth', split=..., data_dir=DATA_DIR)` (
 from __future__ import annotations
 
 import collections
+import logging
 import pathlib
 import re
 
@@ -44,16 +45,16 @@ class KittiDepthBuildError(ValueError):
   """Unpaired or unreadable files in the KITTI folder."""
 
 
-def _drive_pairs(split_dir: pathlib.Path) -> dict[str, tuple[pathlib.Path, pathlib.Path]]:
+def _drive_pairs(split_dir: pathlib.Path, problems: list[str]) -> dict[str, tuple[pathlib.Path, pathlib.Path]]:
   """name '<drive>/<image_0X>/<frame>' -> (velodyne_raw, groundtruth), paired by key, not position."""
   files = {}
   for kind in ("velodyne_raw", "groundtruth"):
     files[kind] = {f"{p.parents[3].name}/{p.parent.name}/{p.stem}": p
                    for p in split_dir.glob(f"*/proj_depth/{kind}/image_0[23]/*.png")}
-  return _pair(files["velodyne_raw"], files["groundtruth"], split_dir)
+  return _pair(files["velodyne_raw"], files["groundtruth"], split_dir, problems)
 
 
-def _selection_pairs(sel_dir: pathlib.Path) -> dict[str, tuple[pathlib.Path, pathlib.Path]]:
+def _selection_pairs(sel_dir: pathlib.Path, problems: list[str]) -> dict[str, tuple[pathlib.Path, pathlib.Path]]:
   files, bad = {}, []
   for kind in ("velodyne_raw", "groundtruth_depth"):
     files[kind] = {}
@@ -64,40 +65,57 @@ def _selection_pairs(sel_dir: pathlib.Path) -> dict[str, tuple[pathlib.Path, pat
         continue
       files[kind][f"{m['drive']}/{m['cam']}/{m['frame']}"] = p
   if bad:
-    raise KittiDepthBuildError("file names not in KITTI's selection pattern:\n  " + "\n  ".join(sorted(bad)))
-  pairs = _pair(files["velodyne_raw"], files["groundtruth_depth"], sel_dir)
+    problems.append(f"{len(bad)} file names not in KITTI's selection pattern:\n  " + "\n  ".join(sorted(bad)))
+  pairs = _pair(files["velodyne_raw"], files["groundtruth_depth"], sel_dir, problems)
   # Names are the velodyne_raw file names (predictions are written back under them).
   return {v.stem: (v, g) for v, g in pairs.values()}
 
 
-def _pair(inputs: dict, targets: dict, where: pathlib.Path):
+def _pair(inputs: dict, targets: dict, where: pathlib.Path, problems: list[str]):
+  """The pairs with both files; the files without a partner are listed in `problems`."""
   only_in = sorted(str(inputs[k]) for k in inputs.keys() - targets.keys())
   only_gt = sorted(str(targets[k]) for k in targets.keys() - inputs.keys())
   if only_in or only_gt:
     lines = [f"{where}: {len(only_in) + len(only_gt)} unpaired files (paired by drive, camera, frame):"]
     lines += [f"  no ground truth for {p}" for p in only_in] + [f"  no LiDAR input for {p}" for p in only_gt]
-    raise KittiDepthBuildError("\n".join(lines))
-  return {k: (inputs[k], targets[k]) for k in sorted(inputs)}
+    problems.append("\n".join(lines))
+  return {k: (inputs[k], targets[k]) for k in sorted(inputs) if k in targets}
 
 
-def find_examples(root) -> dict[str, dict[str, tuple[pathlib.Path, pathlib.Path | None]]]:
-  """split -> {name: (input path, ground-truth path or None)} for the splits present under root."""
+def _fail(problems: list[str]) -> None:
+  raise KittiDepthBuildError("the KITTI folder has bad files (all of them are listed; fix them and build again):\n"
+                             + "\n".join(problems))
+
+
+def find_examples(root, problems: list[str] | None = None
+                  ) -> dict[str, dict[str, tuple[pathlib.Path, pathlib.Path | None]]]:
+  """split -> {name: (input path, ground-truth path or None)} for the splits present under root.
+
+  Unpaired files and selection-set file names out of pattern, in every split, are collected: appended to
+  `problems` when it is given (the builder adds the unreadable files it finds, then fails once), else raised
+  together as one KittiDepthBuildError.
+  """
   root = pathlib.Path(root)
   if not root.is_dir():
     raise KittiDepthBuildError(f"{root}: KITTI manual_dir does not exist.\n{_MANUAL}")
+  found: list[str] = []
   out = {}
   for split in ("train", "val"):
     if (root / split).is_dir():
-      out[split] = _drive_pairs(root / split)
+      out[split] = _drive_pairs(root / split, found)
   sel = root / "depth_selection" / "val_selection_cropped"
   if sel.is_dir():
-    out["selval"] = _selection_pairs(sel)
+    out["selval"] = _selection_pairs(sel, found)
   test = root / "depth_selection" / "test_depth_completion_anonymous" / "velodyne_raw"
   if test.is_dir():
     out["test"] = {p.stem: (p, None) for p in sorted(test.glob("*.png"))}
   out = {k: v for k, v in out.items() if v}
-  if not out:
+  if not out and not found:
     raise KittiDepthBuildError(f"{root}: no KITTI depth files found.\n{_MANUAL}")
+  if found and problems is None:
+    _fail(found)
+  if problems is not None:
+    problems.extend(found)
   return out
 
 
@@ -132,10 +150,20 @@ class KittiDepth(tfds.core.GeneratorBasedBuilder):
     )
 
   def _split_generators(self, dl_manager):
-    splits = find_examples(dl_manager.manual_dir)
-    return {split: self._generate_examples(examples) for split, examples in splits.items()}
+    # Every bad file of every split is reported by one build: pairing problems and unreadable files are collected
+    # across the splits, and the generator of the last split raises them all.
+    problems: list[str] = []
+    splits = find_examples(dl_manager.manual_dir, problems)
+    if not splits:
+      _fail(problems)
+    if problems:
+      logging.warning("kitti_depth: %d problem(s) in the KITTI folder; every file is read before the build fails "
+                      "listing them all", len(problems))
+    left = [len(splits)]
+    return {split: self._generate_examples(examples, problems, left) for split, examples in splits.items()}
 
-  def _generate_examples(self, examples):
+  def _generate_examples(self, examples, problems=None, left=None):
+    problems = [] if problems is None else problems
     bad = []
     for name, (inp, gt) in examples.items():
       try:
@@ -149,4 +177,8 @@ class KittiDepth(tfds.core.GeneratorBasedBuilder):
         continue
       yield name, {"sparse": sparse[..., None], "target": target[..., None], "name": name}
     if bad:
-      raise KittiDepthBuildError(f"{len(bad)} unreadable KITTI files:\n  " + "\n  ".join(bad))
+      problems.append(f"{len(bad)} unreadable KITTI files:\n  " + "\n  ".join(bad))
+    if left is not None:
+      left[0] -= 1
+    if problems and (left is None or left[0] == 0):
+      _fail(problems)
