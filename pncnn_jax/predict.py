@@ -148,6 +148,10 @@ def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: st
   check_output(files, pathlib.Path(input_path), out_root)
   if out_root.exists() and not out_root.is_dir():
     raise ValueError(f"--output {output_dir} is a file, not a folder")
+  base = next(p for p in (out_root.absolute(), *out_root.absolute().parents) if p.exists())  # what mkdir starts from
+  if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+    raise ValueError(f"--output {output_dir} cannot be created or written: {base} is "
+                     + ("a file" if not base.is_dir() else "not writable"))
   model, variables, loss = load_model(checkpoint, variant, allow_mismatch)
   fn = make_predict_fn(model)
   failures = []

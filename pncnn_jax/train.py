@@ -256,18 +256,21 @@ def _last_good(ckpt: checkpointing.Checkpointer) -> str:
           f"step folders under {ckpt.directory} (kept steps: {steps}).")
 
 
-def _resume(ckpt: checkpointing.Checkpointer, job: _Job, state: ts.TrainState, config, workdir: pathlib.Path,
-            mesh: Mesh) -> ts.TrainState:
-  """The latest checkpoint's state if it was trained as `config` says and is finite; else `state`, replicated."""
+def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], config, workdir: pathlib.Path,
+            mesh: Mesh) -> tuple[_Job, ts.TrainState]:
+  """(job, the latest checkpoint's state), once its metadata says it was trained as `config` says (checked before
+  the job is built) and its values are finite; without a checkpoint, (job, the initial state replicated)."""
   latest = ckpt.latest_step()
+  if latest is not None:
+    meta = ckpt.restore_metadata(latest)
+    config_lib.check_identity(config_lib.checkpoint_identity(meta), config_lib.identity(config),
+                              what=f"checkpoint {latest} in {workdir}", source="its metadata",
+                              remedy="use another --workdir")
+  job = make_job()
   if latest is None:
-    return sharding.replicate(state, mesh)
-  meta = ckpt.restore_metadata(latest)
-  config_lib.check_identity(config_lib.checkpoint_identity(meta), config_lib.identity(config),
-                            what=f"checkpoint {latest} in {workdir}", source="its metadata",
-                            remedy="use another --workdir")
-  target = checkpointing.abstract_like(ts.state_to_tree(state), sharding.replicated(mesh))
-  state = ts.tree_to_state(state, ckpt.restore(latest, target=target)[0])
+    return job, sharding.replicate(job.state, mesh)
+  target = checkpointing.abstract_like(ts.state_to_tree(job.state), sharding.replicated(mesh))
+  state = ts.tree_to_state(job.state, ckpt.restore(latest, target=target)[0])
   if not bool(jax.device_get(ts.state_is_finite(state))):  # an ensemble: all members at once
     earlier = [s for s in ckpt.all_steps() if s < latest]
     raise FloatingPointError(
@@ -277,7 +280,7 @@ def _resume(ckpt: checkpointing.Checkpointer, job: _Job, state: ts.TrainState, c
         + " and lower config.learning_rate.")
   job.on_restore(meta, latest)
   log.info("resumed from step %d in %s", latest, workdir)
-  return state
+  return job, state
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
@@ -304,22 +307,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   sharding.check_batch_size(config.batch_size, mesh)
   is_main = jax.process_index() == 0
   is_ensemble = "ensemble" in config
-  if is_main:
-    run_files.write_config(config, workdir)
 
   spe = config_lib.steps_per_epoch(config)
   total_steps = spe * config.num_epochs
   schedule = _schedule_and_tx(config, spe)[0]
-  job = (_ensemble_job(config, mesh, spe, loss_name, workdir) if is_ensemble
-         else _single_job(config, mesh, spe, loss_name))
-  state = job.state
-
   ckpt = checkpointing.Checkpointer(workdir, max_to_keep=config.max_to_keep, keep_best=True, best_metric="rmse")
   try:
-    state = _resume(ckpt, job, state, config, workdir, mesh)
+    job, state = _resume(ckpt, lambda: (_ensemble_job(config, mesh, spe, loss_name, workdir) if is_ensemble
+                                        else _single_job(config, mesh, spe, loss_name)), config, workdir, mesh)
   except BaseException:
     ckpt.close()  # no orbax thread left behind to print after the message
     raise
+  if is_main:  # once the checkpoints are known to be of this config: a refused run leaves the workdir as it was
+    run_files.write_config(config, workdir)
   start = int(np.ravel(np.asarray(state.step))[0])  # (K,) steps for an ensemble, all equal
   writer = run_files.MetricWriter(workdir, enabled=is_main)
   writer.drop_after(start)  # rows a killed run wrote after its last checkpoint: the resumed run rewrites them
