@@ -222,6 +222,45 @@ def test_readers_leave_a_writers_tmp_directory_alone(tmp_path):
     checkpointing.restore_variables(tmp_path / "none")
 
 
+def test_a_tree_of_another_model_is_one_line(tmp_path, caplog):
+  """Issue 13.8: restoring a step into the state of another variant printed ~20 lines of both trees. A fresh
+  read-only reader (which saved nothing) reads the step's tree from the handlers registered up front (orbax's
+  current API; `item_names=` is deprecated), quietly."""
+  workdir = tmp_path / "run"
+  caplog.set_level("INFO", logger="absl")
+  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+    ckpt.save(3, make_state(3), {"variant": "a"})
+  caplog.clear()
+  other = make_state(1)
+  other["params"]["extra"] = {"k": jnp.zeros(2), "q": jnp.zeros(2)}
+  del other["batch_stats"]
+  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+    assert ckpt.restore_metadata(3) == {"variant": "a"}
+    with pytest.raises(ValueError) as e:
+      ckpt.restore(3, target=checkpointing.abstract_like(other))
+    assert str(e.value) == (
+        f"checkpoint {workdir / 'checkpoints' / '3'} does not hold the model being restored: expected params/extra, "
+        "not in the checkpoint; found batch_stats, not in the model (a run of another variant or model setting; use "
+        "another --workdir)")
+    tree, _ = ckpt.restore(3, target=checkpointing.abstract_like(make_state(0)))  # the same tree: restored
+    assert float(tree["params"]["w"][0, 0]) == 3.0
+  noise = [r.getMessage() for r in caplog.records if r.levelno >= 30]
+  assert not noise, noise  # no "Given directory is read only", no save_interval_steps warning
+
+
+def test_structure_difference_names_the_shortest_subtrees():
+  a = {"params": {"conf": {"w": 1, "b": 1}, "nconv": {"w": 1}}, "opt": [{"mu": {"conf": {"w": 1}}}]}
+  b = {"params": {"nconv": {"w": 1}, "var": {"w": 1}}, "opt": [{"mu": {"nconv": {"w": 1}}}]}
+  assert checkpointing.structure_difference(a, a) == ""
+  assert checkpointing.structure_difference(a, b) == (
+      "expected opt/0/mu/nconv, params/var, not in the checkpoint; found opt/0/mu/conf, params/conf, not in the "
+      "model")
+  many = {"params": {f"x{i}": 1 for i in range(5)}}
+  assert checkpointing.structure_difference({"params": {"y": 1}}, many) == (
+      "expected params/x0, params/x1, params/x2, ... (5 in all), not in the checkpoint; found params/y, not in the "
+      "model")
+
+
 def test_training_survives_concurrent_readers(tmp_path):
   """A training saving a checkpoint every step runs while this process loads 'latest' from its workdir over and
   over (as `eval.py --checkpoint latest` or predict would): the training finishes and every checkpoint it keeps
