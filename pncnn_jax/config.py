@@ -197,7 +197,6 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
              f"{frame[0]}x{frame[1]} frames of {d.dataset}/{d.get(f'{kind}_split')}")
 
 
-
 # --------------------------------------------------------------------------------------------------------------
 # Checkpoint identity: what a model was trained as, recorded with every checkpoint and checked where it is used.
 
