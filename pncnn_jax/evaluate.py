@@ -60,6 +60,7 @@ class EvalResult:
   sparsification_gustafsson: Any
   panels: list[dict[str, np.ndarray]]
   uncertainty_kind: str
+  panel_names: list[str] = dataclasses.field(default_factory=list)  # the batches' `name` of each panel, if any
 
   def summary(self) -> dict[str, Any]:
     """A flat JSON-able dict of every scalar."""
@@ -120,6 +121,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   dist_scores: list[np.ndarray] = []
   dist_labels: list[np.ndarray] = []
   panels: list[dict[str, np.ndarray]] = []
+  panel_names: list[str] = []
   num_images = 0
   it = iter(batches)
   if progress:
@@ -162,6 +164,9 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
           "error": np.where(valid, np.abs(depth[j, ..., 0] - target[j, ..., 0]), np.nan),
           "target": target[j, ..., 0],
       })
+      if "name" in batch and jax.process_count() == 1:
+        name = np.asarray(batch["name"])[j]
+        panel_names.append(name.decode() if isinstance(name, bytes) else str(name))
     num_images += depth.shape[0]
   if num_images == 0:
     raise ValueError("evaluation: the split gave no images")
@@ -179,7 +184,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   return EvalResult(metrics=mres, uncertainty=unc, auroc_disturbed=au,
                     sparsification=ures["sparsification_pncnn"],
                     sparsification_gustafsson=ures["sparsification_gustafsson"], panels=panels,
-                    uncertainty_kind="sigma [m]" if has_sigma else "confidence (uncalibrated)")
+                    uncertainty_kind="sigma [m]" if has_sigma else "confidence (uncalibrated)",
+                    panel_names=panel_names if len(panel_names) == len(panels) else [])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -268,9 +274,13 @@ def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, met
     w.writerow(["name"] + list(summ))
     w.writerow([name] + ["" if v is None else v for v in summ.values()])
   pathlib.Path(paths["md"]).write_text(format_table({name: summ}, metric_set) + "\n")
-  viz.sparsification_plot({name: result.sparsification}, paths["sparsification"])
+  gustafsson = {name: result.sparsification_gustafsson} if result.sparsification_gustafsson is not None else None
+  viz.sparsification_plot({name: result.sparsification}, paths["sparsification"], gustafsson=gustafsson,
+                          title=f"Sparsification curves of {name} (lower is better; AUSE = area between model and "
+                                "oracle)")
   if result.panels:
-    viz.panels_figure(result.panels, paths["panels"], uncertainty_label=result.uncertainty_kind)
+    viz.panels_figure(result.panels, paths["panels"], uncertainty_label=result.uncertainty_kind, model_name=name,
+                      row_labels=[f"image {n}" if n.isdigit() else n for n in result.panel_names] or None)
   else:
     del paths["panels"]
   return paths

@@ -1,14 +1,29 @@
 r"""Depth completion with uncertainty on your own sparse depth maps.
 
-  python -m pncnn_jax.predict --checkpoint PATH --input FILE_OR_DIR --output DIR [--variant NAME]
+  python -m pncnn_jax.predict --checkpoint PATH --input FILE_OR_DIR --output DIR [--input_format auto]
+      [--depth_scale M] [--output_format same] [--variant NAME]
 
-For every KITTI-format sparse depth PNG (16-bit, metres * 256, 0 = no measurement; a directory is searched
-recursively for *.png) it writes, under the same relative name in DIR:
-  <name>.png               the completed depth, KITTI format (16-bit, round(d * 256), negative predictions -> 0)
+Input formats (`--input_format`; a directory is searched recursively for the format's files):
+  kitti_png   16-bit PNG, KITTI depth completion: metres = value / 256 (--depth_scale 0.00390625)
+  mm_png      16-bit PNG in millimetres, as ToF cameras and NYU-Depth-v2 exports write: metres = value / 1000
+              (--depth_scale 0.001)
+  npy         float array (H, W) or (H, W, 1) in metres (--depth_scale 1) as .npy, or .npz holding one array (or
+              one named 'sparse' or 'depth'); NaN and inf mean no measurement, as 0 does
+  auto        (default) by suffix: .npy/.npz are npy, .png are kitti_png. Millimetre PNGs need mm_png: the two
+              PNG formats cannot be told apart from the file.
+0 means no measurement in every format. `--depth_scale` (metres per stored unit) replaces the format's scale,
+e.g. 0.0001 for PNGs in tenths of a millimetre, or 0.001 for .npy arrays in millimetres. Each file is printed
+with the format, scale and depth range it was read as; depths beyond 1000 m or a median under 5 cm are refused
+as a wrong --input_format or --depth_scale.
+
+For every input it writes, under the same relative name in DIR:
+  <name>.png or <name>.npy  the completed depth, in `--output_format`: 'same' (default: the input's format and
+                           scale), kitti_png, mm_png (PNGs clip at the format's largest depth, 255.996 m and 65.535 m,
+                           with a warning; negative predictions -> 0) or npy (float32 (H, W) metres)
   <name>_sigma.npy         float32 (H, W) predicted standard deviation in metres (models trained with a
                            probabilistic loss; see pncnn_jax.evaluate), or
   <name>_confidence.npy    float32 (H, W) the output confidence, for NCNN-style models without a calibrated sigma
-  <name>_preview.png       colour preview: depth on top, uncertainty below
+  <name>_preview.png       a figure: the input, the depth and the uncertainty, with colour bars in their units
 Any image size works: the input is zero-padded at the bottom and right to a multiple of 8 (--pad_multiple) and
 the outputs are cropped back. Padding has zero input confidence, but NConv spreads confidence into it, so
 predictions within a few pixels of the bottom/right border differ slightly from --pad_multiple 1, which runs
@@ -18,7 +33,8 @@ An --output folder that would overwrite an input (the input folder itself, the f
 output file landing on an input) is refused with exit status 2 before anything is written.
 
 PATH is a pncnn_jax checkpoint (a training workdir -> its best step, a step directory, or a converted model
-directory) or an official `.pth.tar` / `.npz`; the variant is read from it unless --variant is given.
+directory), a shipped model ('synthetic:pncnn_masked') or an official `.pth.tar` / `.npz`; the variant is read
+from it unless --variant is given.
 """
 
 from __future__ import annotations
@@ -87,19 +103,87 @@ def predict_array(model: models.PNCNN, variables: dict[str, Any], sparse_hw: np.
   return jax.tree.map(lambda a: np.asarray(a)[0, :h, :w, 0], out)
 
 
-def input_files(path: pathlib.Path) -> list[tuple[pathlib.Path, pathlib.Path]]:
-  """(file, name relative to the input root) pairs."""
+# name: (suffixes, metres per stored unit, what it is)
+FORMATS = {
+    "kitti_png": ((".png",), io.KITTI_METRES_PER_UNIT, "16-bit PNG, metres = value / 256 (KITTI)"),
+    "mm_png": ((".png",), io.MM_METRES_PER_UNIT, "16-bit PNG in millimetres (ToF, NYU)"),
+    "npy": ((".npy", ".npz"), 1.0, "float array in metres (.npy / .npz)"),
+}
+INPUT_FORMATS = ("auto", *FORMATS)
+OUTPUT_FORMATS = ("same", *FORMATS)
+MAX_PLAUSIBLE_M = 1000.0  # deeper than any range sensor: a wrong format or scale
+MIN_PLAUSIBLE_MEDIAN_M = 0.05  # a median depth under 5 cm: a wrong scale (e.g. millimetres read as kilometres)
+OUTPUT_SUFFIXES = (".png", ".npy", "_sigma.npy", "_confidence.npy", "_preview.png")
+
+
+def format_of(path: pathlib.Path, input_format: str) -> str:
+  """The format a file is read as: `input_format`, or for 'auto' the suffix's (.png: kitti_png, .npy/.npz: npy).
+  Raises ValueError naming the file if its suffix does not fit the format."""
+  suffix = path.suffix.lower()
+  if input_format == "auto":
+    found = next((f for f, (sfx, _, _) in FORMATS.items() if suffix in sfx), None)
+    if found is None:
+      raise ValueError(f"{path}: unknown depth file type {suffix!r}; expected .png, .npy or .npz")
+    return found
+  if suffix not in FORMATS[input_format][0]:
+    raise ValueError(f"{path}: --input_format {input_format} reads {'/'.join(FORMATS[input_format][0])} files, not "
+                     f"{suffix or 'files without a suffix'} (use --input_format auto)")
+  return input_format
+
+
+def read_input(path: pathlib.Path, input_format: str = "auto", depth_scale: float | None = None
+               ) -> tuple[np.ndarray, str, float]:
+  """(sparse depth (H, W) float32 [m], format, metres per stored unit) of one input file.
+
+  The stored values times `depth_scale` (default: the format's) are metres; NaN/inf in arrays become 0 (no
+  measurement). Raises DepthFileError / ValueError naming the file for an unreadable file, negative
+  depths, or depths that only a wrong format or scale explains (beyond MAX_PLAUSIBLE_M, or a median under
+  MIN_PLAUSIBLE_MEDIAN_M).
+  """
+  fmt = format_of(path, input_format)
+  scale = FORMATS[fmt][1] if depth_scale is None else float(depth_scale)
+  if fmt == "npy":  # NaN / inf: no measurement
+    raw = io.read_depth_array(path)
+    depth = np.where(np.isfinite(raw), raw * scale, 0.0).astype(np.float32)
+  else:
+    depth = io.read_depth_png(path, scale)
+  finite = depth[np.isfinite(depth)]
+  if (finite < 0).any():
+    raise ValueError(f"{path}: {int((finite < 0).sum())} negative depths (min {finite.min():.4g} m); use 0 or NaN "
+                     "for no measurement")
+  valid = finite[finite > 0]
+  hint = (f"read as {fmt} at {scale:g} m per stored unit: wrong --input_format or --depth_scale? "
+          "(kitti_png: value / 256 m, mm_png: value / 1000 m, npy: metres)")
+  if valid.size and valid.max() > MAX_PLAUSIBLE_M:
+    raise ValueError(f"{path}: depths up to {valid.max():.4g} m, {hint}")
+  if valid.size and np.median(valid) < MIN_PLAUSIBLE_MEDIAN_M:
+    raise ValueError(f"{path}: median depth {np.median(valid):.3g} m, {hint}")
+  return depth, fmt, scale
+
+
+def input_files(path: pathlib.Path, input_format: str = "auto") -> list[tuple[pathlib.Path, pathlib.Path]]:
+  """(file, name relative to the input root) pairs: the file itself, or every file of the format under a folder
+  (outputs of an earlier run, *_preview.png, *_sigma.npy, *_confidence.npy, excepted). Two inputs that would
+  write the same outputs (a.png and a.npy) are a ValueError."""
   if path.is_file():
     return [(path, pathlib.Path(path.name))]
-  if path.is_dir():
-    files = sorted(p for p in path.rglob("*.png") if not p.name.endswith("_preview.png"))
-    if not files:
-      raise FileNotFoundError(f"--input {path}: no *.png files in this directory")
-    return [(p, p.relative_to(path)) for p in files]
-  raise FileNotFoundError(f"--input {path}: no such file or directory")
-
-
-OUTPUT_SUFFIXES = (".png", "_sigma.npy", "_confidence.npy", "_preview.png")
+  if not path.is_dir():
+    raise FileNotFoundError(f"--input {path}: no such file or directory")
+  suffixes = {s for f, (sfx, _, _) in FORMATS.items() if input_format in ("auto", f) for s in sfx}
+  skip = ("_preview.png", "_sigma.npy", "_confidence.npy")
+  files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in suffixes
+                 and not p.name.endswith(skip))
+  if not files:
+    raise FileNotFoundError(f"--input {path}: no {'/'.join(sorted(suffixes))} files in this directory "
+                            f"(--input_format {input_format})")
+  pairs = [(p, p.relative_to(path)) for p in files]
+  stems: dict[pathlib.Path, pathlib.Path] = {}
+  for src, rel in pairs:
+    other = stems.setdefault(rel.with_suffix(""), src)
+    if other != src:
+      raise ValueError(f"--input {path}: {other.name} and {src.name} would write the same outputs; keep one of "
+                       "them, or pass --input_format to pick one kind")
+  return pairs
 
 
 def check_output(files: list[tuple[pathlib.Path, pathlib.Path]], input_path: pathlib.Path,
@@ -120,31 +204,64 @@ def check_output(files: list[tuple[pathlib.Path, pathlib.Path]], input_path: pat
         raise ValueError(f"--output {output_dir} would overwrite the input {dst}; choose another folder")
 
 
-def _predict_one(model, variables, loss, fn, src: pathlib.Path, stem: pathlib.Path, multiple: int) -> None:
-  sparse = io.read_kitti_depth(src)
+def write_depth(stem: pathlib.Path, depth_m: np.ndarray, fmt: str, scale: float) -> pathlib.Path:
+  """Writes the completed depth [m] as `fmt` (PNGs at `scale` metres per unit, clipped to [0, 65535 * scale] with a
+  warning when a depth is beyond it; npy: float32 metres); returns the file written."""
+  depth = np.nan_to_num(depth_m, nan=0.0)
+  if fmt == "npy":
+    path = stem.with_suffix(".npy")
+    np.save(path, depth.astype(np.float32))
+    return path
+  path = stem.with_suffix(".png")
+  top = 65535 * scale
+  if (far := int((depth > top).sum())):
+    print(f"warning: {path}: {far} predicted depth(s) beyond {fmt}'s largest, {top:.6g} m, clipped to it",
+          file=sys.stderr)
+  io.write_depth_png(path, np.clip(depth, 0.0, top), scale)
+  return path
+
+
+def _predict_one(model, variables, loss, fn, src: pathlib.Path, stem: pathlib.Path, *, multiple: int,
+                 input_format: str, depth_scale: float | None, output_format: str, title: str) -> str:
+  sparse, fmt, scale = read_input(src, input_format, depth_scale)
   out = predict_array(model, variables, sparse, multiple=multiple, predict_fn=fn, name=str(src))
-  depth = np.clip(np.nan_to_num(out.depth, nan=0.0), 0.0, 65535 / 256.0)
+  out_fmt = fmt if output_format == "same" else output_format
+  out_scale = scale if out_fmt == fmt else FORMATS[out_fmt][1]
   stem.parent.mkdir(parents=True, exist_ok=True)
-  io.write_kitti_depth(stem.with_suffix(".png"), depth)
+  written = write_depth(stem, out.depth, out_fmt, out_scale)
   sigma = evaluate.sigma_of(out.confidence, loss)
   if sigma is not None:
-    unc = sigma.astype(np.float32)
-    np.save(f"{stem}_sigma.npy", unc)
+    np.save(f"{stem}_sigma.npy", sigma.astype(np.float32))
   else:
-    unc = out.confidence.astype(np.float32)
-    np.save(f"{stem}_confidence.npy", unc)
-  viz.save_depth_preview(depth, f"{stem}_preview.png", uncertainty=unc if sigma is not None else -unc)
+    np.save(f"{stem}_confidence.npy", out.confidence.astype(np.float32))
+  viz.save_depth_preview(out.depth, f"{stem}_preview.png", sparse_m=np.nan_to_num(sparse, nan=0.0, posinf=0.0),
+                         sigma_m=sigma, confidence=None if sigma is not None else out.confidence,
+                         title=f"model {title}, file {src.name}")
+  valid = sparse[np.isfinite(sparse) & (sparse > 0)]
+  span = f"{valid.min():.3g}-{valid.max():.3g} m" if valid.size else "no measurements"
+  return f"{src} ({fmt}, {scale:g} m per unit, input {span}) -> {written}"
 
 
 def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: str | None = None,
-                  multiple: int = MULTIPLE, allow_mismatch: bool = False) -> list[str]:
+                  multiple: int = MULTIPLE, allow_mismatch: bool = False, *, input_format: str = "auto",
+                  depth_scale: float | None = None, output_format: str = "same") -> list[str]:
   """Predicts every input file; returns the messages of the files that failed (empty: all succeeded).
 
-  Raises ValueError before reading the checkpoint if the outputs could overwrite an input (`check_output`).
-  One file that fails (unreadable, unpredictable, unwritable) is reported on stderr and skipped.
+  Raises ValueError before reading the checkpoint if the outputs could overwrite an input (`check_output`) or a
+  setting is out of range. One file that fails (unreadable, unpredictable, unwritable) is reported on stderr and
+  skipped.
   """
+  if input_format not in INPUT_FORMATS:
+    raise ValueError(f"--input_format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
+  if output_format not in OUTPUT_FORMATS:
+    raise ValueError(f"--output_format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
+  if depth_scale is not None and not (np.isfinite(depth_scale) and depth_scale > 0):
+    raise ValueError(f"--depth_scale {depth_scale}: must be a finite number > 0 (metres per stored unit, e.g. 0.001 "
+                     "for millimetres)")
   out_root = pathlib.Path(output_dir)
-  files = input_files(pathlib.Path(input_path))
+  files = input_files(pathlib.Path(input_path), input_format)
+  if pathlib.Path(input_path).is_file():
+    format_of(files[0][0], input_format)  # a file of the wrong type: one error, before the checkpoint loads
   check_output(files, pathlib.Path(input_path), out_root)
   if out_root.exists() and not out_root.is_dir():
     raise ValueError(f"--output {output_dir} is a file, not a folder")
@@ -152,38 +269,52 @@ def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: st
   if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
     raise ValueError(f"--output {output_dir} cannot be created or written: {base} is "
                      + ("a file" if not base.is_dir() else "not writable"))
-  model, variables, loss = load_model(checkpoint, variant, allow_mismatch)
+  ckpt = loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
+  model, variables, loss = ckpt.build_model(), ckpt.variables, ckpt.loss
+  title = checkpoint if ckpt.variant in str(checkpoint) else f"{ckpt.variant} ({checkpoint})"
   fn = make_predict_fn(model)
   failures = []
   for src, rel in files:
-    stem = out_root / rel.with_suffix("")
     try:
-      _predict_one(model, variables, loss, fn, src, stem, multiple)
+      line = _predict_one(model, variables, loss, fn, src, out_root / rel.with_suffix(""), multiple=multiple,
+                          input_format=input_format, depth_scale=depth_scale, output_format=output_format,
+                          title=title)
     except Exception as e:  # pylint: disable=broad-except  (one bad file must not stop the batch)
       message = str(e) if str(src) in str(e) else f"{src}: {e}"  # each path once
       failures.append(message)
       print(f"FAILED {message}", file=sys.stderr)
       continue
-    print(f"{src} -> {stem.with_suffix('.png')}")
+    print(line)
   return failures
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.predict", description=__doc__.splitlines()[0])
-  parser.add_argument("--checkpoint", required=True, help="pncnn_jax checkpoint dir/workdir or official .pth.tar/.npz")
-  parser.add_argument("--input", required=True, help="a sparse depth PNG (KITTI format) or a directory of them")
+  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.predict", description=__doc__.splitlines()[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   epilog=__doc__.split("\n\n", 2)[2].split("\n\nFor every")[0])
+  parser.add_argument("--checkpoint", required=True,
+                      help="pncnn_jax checkpoint dir/workdir, shipped name (synthetic:pncnn_masked) or official "
+                           ".pth.tar/.npz")
+  parser.add_argument("--input", required=True, help="a sparse depth file or a directory of them")
   parser.add_argument("--output", required=True, help="output directory")
+  parser.add_argument("--input_format", default="auto",
+                      help=f"one of {', '.join(INPUT_FORMATS)} (default auto: .png = kitti_png, .npy/.npz = npy)")
+  parser.add_argument("--depth_scale", type=float, default=None,
+                      help="metres per stored unit, replacing the format's (kitti_png 1/256, mm_png 0.001, npy 1)")
+  parser.add_argument("--output_format", default="same",
+                      help=f"one of {', '.join(OUTPUT_FORMATS)} (default same: the input's format and scale)")
   parser.add_argument("--variant", default=None, help=f"model variant, one of {sorted(models.VARIANTS)}")
   parser.add_argument("--pad_multiple", type=int, default=MULTIPLE,
                       help="zero-pad to a multiple of this (1: run at the image's own size, as the reference)")
   parser.add_argument("--allow_mismatch", action="store_true",
                       help="use --variant even where the checkpoint says it was trained as another variant")
   args = parser.parse_args(argv)
-  if args.variant is not None and args.variant not in models.VARIANTS:
-    parser.error(f"--variant {args.variant!r} is not one of {sorted(models.VARIANTS)}")
   try:
+    if args.variant is not None and args.variant not in models.VARIANTS:
+      raise ValueError(f"--variant {args.variant!r} is not one of {sorted(models.VARIANTS)}")
     failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple,
-                             args.allow_mismatch)
+                             args.allow_mismatch, input_format=args.input_format, depth_scale=args.depth_scale,
+                             output_format=args.output_format)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

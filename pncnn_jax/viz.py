@@ -1,14 +1,19 @@
-"""Figures: colour-mapped depth and uncertainty, qualitative panels, sparsification plots (matplotlib, Agg).
+"""Figures: depth previews, qualitative panels, sparsification plots, training curves (matplotlib, Agg).
 
-All functions take host numpy arrays, (H, W) in metres unless said otherwise, and write PNG files.
+All functions take host numpy arrays, (H, W) in metres unless said otherwise, and write a PNG to `path` (a file
+path, or a binary file object such as `io.BytesIO`, which is how the notebook shows them inline). Every image
+has a colour bar labelled with its unit; values that span more than a decade (confidences, sigma) are shown on
+a log scale, and the colour bar says so. Missing values (no measurement, no ground truth) are white.
 """
 
 from __future__ import annotations
 
 import pathlib
-from typing import Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
 import numpy as np
+
+LOG_MIN_SPAN = 10.0  # a log colour scale when the shown values span at least this ratio (one decade)
 
 
 def _plt():
@@ -16,6 +21,13 @@ def _plt():
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   return plt
+
+
+def _save(fig, path: str | pathlib.Path | IO[bytes], dpi: int = 110) -> None:
+  if isinstance(path, (str, pathlib.Path)):
+    pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=dpi, format="png")
+  _plt().close(fig)
 
 
 def colorize(values: np.ndarray, vmin: float | None = None, vmax: float | None = None, cmap: str = "turbo",
@@ -36,75 +48,172 @@ def colorize(values: np.ndarray, vmin: float | None = None, vmax: float | None =
   return rgb
 
 
-def save_depth_preview(depth_m: np.ndarray, path: str | pathlib.Path, uncertainty: np.ndarray | None = None,
-                       max_depth_m: float = 80.0) -> None:
-  """Writes a colour preview PNG: the depth (turbo, 0..max_depth_m) and, below it, the uncertainty (magma)."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  img = colorize(depth_m, 0.0, max_depth_m, "turbo", invalid=np.asarray(depth_m) <= 0)
-  if uncertainty is not None:
-    img = np.concatenate([img, colorize(uncertainty, cmap="magma")], axis=0)
-  pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-  Image.fromarray(img).save(path)
+def value_range(values: np.ndarray, *, positive: bool = False, lo_pct: float = 1.0, hi_pct: float = 99.0
+                ) -> tuple[float, float, bool]:
+  """(vmin, vmax, log) for showing `values`: their lo/hi percentiles over the finite (and, for `positive`, > 0)
+  values, and whether they span at least LOG_MIN_SPAN (then a log scale, which needs vmin > 0)."""
+  v = np.asarray(values, np.float64)
+  v = v[np.isfinite(v) & (v > 0 if positive else True)]
+  if v.size == 0:
+    return (1e-3, 1.0, False) if positive else (0.0, 1.0, False)
+  lo, hi = float(np.percentile(v, lo_pct)), float(np.percentile(v, hi_pct))
+  if hi <= lo:  # one value (e.g. a 0/1 validity mask): a linear scale from 0 (or around it)
+    return (0.0, lo, False) if lo > 0 else (lo - 1.0, lo + 1.0, False)
+  return lo, hi, lo > 0 and hi / lo >= LOG_MIN_SPAN
 
 
-PANEL_COLUMNS = (("sparse", "input depth [m]"), ("input_confidence", "input confidence c0"),
-                 ("depth", "prediction [m]"), ("uncertainty", "uncertainty"), ("error", "|error| [m]"))
+def show_image(ax, values: np.ndarray, *, cmap: str, label: str, vmin: float | None = None,
+               vmax: float | None = None, log: bool = False, title: str | None = None, row_label: str | None = None):
+  """imshow of (H, W) `values` with a colour bar of the image's height labelled `label` (the unit; ', log scale'
+  appended when `log`); NaN pixels are white, and values beyond [vmin, vmax] take the end colours (the bar's
+  pointed ends). Ticks are off; `row_label` goes to the left of the image."""
+  from matplotlib import colormaps, colors  # pylint: disable=g-import-not-at-top
+  from mpl_toolkits.axes_grid1 import make_axes_locatable  # pylint: disable=g-import-not-at-top
+  cm = colormaps[cmap].with_extremes(bad="white")
+  v = np.asarray(values, np.float64)
+  norm = colors.LogNorm(vmin=vmin, vmax=vmax, clip=True) if log else colors.Normalize(vmin=vmin, vmax=vmax)
+  im = ax.imshow(np.where(v > 0, v, np.nan) if log else v, cmap=cm, norm=norm, interpolation="nearest")
+  ax.set_xticks([]), ax.set_yticks([])
+  if title:
+    ax.set_title(title, fontsize=8)
+  if row_label:
+    ax.set_ylabel(row_label, fontsize=8)
+  shown = v[np.isfinite(v) & ((v > 0) if log else True)]
+  below = shown.size and vmin is not None and shown.min() < vmin
+  above = shown.size and vmax is not None and shown.max() > vmax
+  extend = {(True, True): "both", (True, False): "min", (False, True): "max"}.get((bool(below), bool(above)), "neither")
+  cax = make_axes_locatable(ax).append_axes("right", size="2.5%", pad=0.04)
+  bar = ax.figure.colorbar(im, cax=cax, extend=extend)
+  bar.set_label(label + (", log scale" if log else ""), fontsize=7)
+  if log:  # plain numbers; within three decades ticks at 1, 2, 5 x 10^k, else one per decade
+    from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+    few = vmax / vmin < 1e3
+    bar.ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0) if few else (1.0,)))
+    bar.ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    bar.ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+  bar.ax.tick_params(which="both", labelsize=6)
+  return im
 
 
-def panels_figure(panels: Sequence[Mapping[str, np.ndarray]], path: str | pathlib.Path,
-                  uncertainty_label: str = "sigma [m]") -> None:
-  """One row per image: input, input confidence, prediction, uncertainty, absolute error (at ground truth)."""
+def uncertainty_view(sigma_m: np.ndarray | None, confidence: np.ndarray | None) -> dict:
+  """`show_image` settings for a model's uncertainty: sigma [m] (magma, bright = uncertain), or for models without
+  a calibrated sigma (NCNN-style) their output confidence (viridis, bright = confident, unitless), each on a log
+  scale when it spans a decade or more (an NCNN output confidence spans ~1e-25..1)."""
+  if sigma_m is not None:
+    lo, hi, log = value_range(sigma_m, positive=True)
+    return dict(values=sigma_m, cmap="magma", label="sigma [m]", vmin=lo, vmax=hi, log=log,
+                title="uncertainty: predicted standard deviation sigma (bright = uncertain)")
+  lo, hi, log = value_range(confidence, positive=True, hi_pct=100.0)
+  c = np.asarray(confidence, np.float64)
+  span = f"{c.min():.1e} to {c.max():.2g}" if c.size else "empty"
+  return dict(values=confidence, cmap="viridis", label="confidence (unitless)", vmin=lo, vmax=hi, log=log,
+              title=f"output confidence, not a calibrated sigma (bright = confident; values {span})")
+
+
+def save_depth_preview(depth_m: np.ndarray, path, *, sparse_m: np.ndarray | None = None,
+                       sigma_m: np.ndarray | None = None, confidence: np.ndarray | None = None,
+                       title: str = "") -> None:
+  """predict's preview: the sparse input (if given), the predicted depth (turbo, both from 0 to the 99th
+  percentile of the input depths) and the uncertainty (`uncertainty_view`: sigma, or the output confidence), one
+  row each, with colour bars in their units and `title` (the model and file) on top."""
   plt = _plt()
-  rows = len(panels)
-  h, w = panels[0]["depth"].shape
-  fig, axes = plt.subplots(rows, len(PANEL_COLUMNS), figsize=(3.2 * len(PANEL_COLUMNS), 3.2 * rows * h / w + 0.6),
+  depth_m = np.asarray(depth_m, np.float64)
+  h, w = depth_m.shape
+  ref = sparse_m[sparse_m > 0] if sparse_m is not None and np.any(sparse_m > 0) else depth_m[depth_m > 0]
+  dmax = float(np.percentile(ref, 99)) if ref.size else 1.0
+  rows = [dict(values=np.where(sparse_m > 0, sparse_m, np.nan), cmap="turbo", label="depth [m]", vmin=0.0,
+               vmax=dmax, title="input: sparse depth (white: no measurement)")] if sparse_m is not None else []
+  rows.append(dict(values=depth_m, cmap="turbo", label="depth [m]", vmin=0.0, vmax=dmax, title="predicted depth"))
+  if sigma_m is not None or confidence is not None:
+    rows.append(uncertainty_view(sigma_m, confidence))
+  width = 9.0
+  fig, axes = plt.subplots(len(rows), 1, figsize=(width, len(rows) * (0.9 * width * h / w + 0.45) + 0.4),
                            squeeze=False)
-  for r, p in enumerate(panels):
-    dmax = float(np.nanpercentile(np.where(p["target"] > 0, p["target"], np.nan), 99)) if np.any(
-        p["target"] > 0) else float(np.max(p["depth"]))
-    for c, (key, title) in enumerate(PANEL_COLUMNS):
-      ax = axes[r, c]
-      v = np.asarray(p[key], np.float64)
-      if key == "sparse":
-        img = colorize(v, 0.0, dmax, "turbo", invalid=v <= 0)
-      elif key == "depth":
-        img = colorize(v, 0.0, dmax, "turbo")
-      elif key == "error":
-        img = colorize(v, 0.0, None, "inferno")
-      else:
-        img = colorize(v, cmap="magma" if key == "uncertainty" else "viridis")
-      ax.imshow(img, interpolation="nearest")
-      ax.set_axis_off()
-      if r == 0:
-        ax.set_title(uncertainty_label if key == "uncertainty" else title, fontsize=9)
+  for ax, row in zip(axes[:, 0], rows):
+    show_image(ax, **row)
+  fig.suptitle(title, fontsize=9)
   fig.tight_layout()
-  pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _save(fig, path)
 
 
-def sparsification_plot(curves: Mapping[str, object], path: str | pathlib.Path) -> None:
-  """Sparsification curves (`metrics.Sparsification` per model name): oracle dashed, model solid, AUSE in the
-  legend (REFERENCE.md 6.3 normalisation)."""
+PANEL_ROWS = (("sparse", "input depth\n(white: none)"), ("input_confidence", "input\nconfidence c0"),
+              ("depth", "prediction"), ("uncertainty", "uncertainty"), ("error", "|error| at\nground truth"))
+PANEL_COLUMNS = PANEL_ROWS  # the name of the notebooks and scripts written before the panels were transposed
+
+
+def panels_figure(panels: Sequence[Mapping[str, np.ndarray]], path, uncertainty_label: str = "sigma [m]", *,
+                  model_name: str = "", row_labels: Sequence[str] | None = None) -> None:
+  """One column per image (titled by `row_labels`, default 'image i': the images are wide, so they sit side by
+  side), one row per quantity, labelled on the left: input depth, input confidence c0, prediction, uncertainty
+  (sigma [m] when `uncertainty_label` names sigma, else the uncalibrated output confidence) and absolute error at
+  the ground-truth pixels; each with a colour bar in its unit; `model_name` in the title."""
   plt = _plt()
-  fig, ax = plt.subplots(figsize=(5.5, 4))
-  for i, (name, sp) in enumerate(curves.items()):
-    color = f"C{i}"
-    ax.plot(sp.fractions, sp.model, color=color, label=f"{name} (AUSE {sp.ause:.3f})")
-    ax.plot(sp.fractions, sp.oracle, color=color, linestyle="--", alpha=0.7, label=f"{name} oracle")
-  ax.set_xlabel("fraction of pixels removed")
-  ax.set_ylabel("normalised RMSE")
-  ax.set_xlim(0, 1)
-  ax.set_ylim(bottom=0)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
+  h, w = panels[0]["depth"].shape
+  width = min(7.0, 14.0 / len(panels))
+  fig, axes = plt.subplots(len(PANEL_ROWS), len(panels), squeeze=False,
+                           figsize=(width * len(panels) + 0.6, len(PANEL_ROWS) * (0.85 * width * h / w + 0.35) + 0.6))
+  has_sigma = "sigma" in uncertainty_label
+  for c, p in enumerate(panels):
+    t = np.asarray(p["target"], np.float64)
+    dmax = float(np.percentile(t[t > 0], 99)) if np.any(t > 0) else float(np.max(p["depth"]))
+    sparse = np.asarray(p["sparse"], np.float64)
+    c0_lo, c0_hi, c0_log = value_range(p["input_confidence"], positive=True, hi_pct=100.0)
+    unc = uncertainty_view(p["uncertainty"] if has_sigma else None, None if has_sigma else p["uncertainty"])
+    err = np.asarray(p["error"], np.float64)
+    views = {
+        "sparse": dict(values=np.where(sparse > 0, sparse, np.nan), cmap="turbo", label="depth [m]", vmin=0.0,
+                       vmax=dmax),
+        "input_confidence": dict(values=p["input_confidence"], cmap="viridis", label="c0 (unitless)",
+                                 vmin=c0_lo if c0_log else 0.0, vmax=c0_hi, log=c0_log),
+        "depth": dict(values=p["depth"], cmap="turbo", label="depth [m]", vmin=0.0, vmax=dmax),
+        "uncertainty": {k: v for k, v in unc.items() if k != "title"},
+        "error": dict(values=err, cmap="inferno", label="|error| [m]", vmin=0.0,
+                      vmax=max(float(np.nanpercentile(err, 99)), 1e-3) if np.isfinite(err).any() else 1.0),
+    }
+    name = row_labels[c] if row_labels is not None else f"image {c}"
+    for r, (key, label) in enumerate(PANEL_ROWS):
+      if key == "uncertainty":
+        label = "sigma" if has_sigma else "output\nconfidence"
+      show_image(axes[r, c], title=name if r == 0 else None, row_label=label if c == 0 else None, **views[key])
+  fig.suptitle(f"{model_name}: input, prediction and uncertainty" if model_name else
+               "input, prediction and uncertainty", fontsize=10)
   fig.tight_layout()
-  pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _save(fig, path)
 
 
-def training_curves(rows_by_model: Mapping[str, Sequence[Mapping[str, object]]], path: str | pathlib.Path,
+SPARSIFICATION_NOTES = {
+    "pncnn": ("pNCNN normalisation: model curve / its own maximum,\noracle / its first value (RMSE of all pixels). "
+              "A model curve\nstarts below 1 when removing pixels raises its RMSE."),
+    "gustafsson": "Gustafsson et al. normalisation: both curves / their\nfirst value (RMSE of all pixels)",
+}
+
+
+def sparsification_plot(curves: Mapping[str, object], path, *, gustafsson: Mapping[str, object] | None = None,
+                        title: str | None = None) -> None:
+  """Sparsification curves (`metrics.Sparsification` per model name): model solid, oracle dashed, AUSE and the
+  normalisation in the legend. `curves` are pNCNN-normalised; `gustafsson` (same names) adds a second panel with
+  Gustafsson et al.'s normalisation, where both curves start at 1."""
+  plt = _plt()
+  sets = [("pncnn", curves)] + ([("gustafsson", gustafsson)] if gustafsson else [])
+  fig, axes = plt.subplots(1, len(sets), figsize=(5.8 * len(sets), 4.4), squeeze=False)
+  for ax, (norm, group) in zip(axes[0], sets):
+    for i, (name, sp) in enumerate(group.items()):
+      ax.plot(sp.fractions, sp.model, color=f"C{i}", label=f"{name}: model (AUSE {sp.ause:.3f})")
+      ax.plot(sp.fractions, sp.oracle, color=f"C{i}", linestyle="--", alpha=0.7, label=f"{name}: oracle")
+    ax.set_xlabel("fraction of pixels removed, least confident first (unitless)")
+    ax.set_ylabel("RMSE of the pixels kept, normalised (unitless)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    legend = ax.legend(fontsize=7, title=SPARSIFICATION_NOTES[norm], title_fontsize=7, loc="upper right")
+    legend.get_title().set_multialignment("left")
+  fig.suptitle(title or "Sparsification curves (lower is better; AUSE = area between model and oracle)",
+               fontsize=9)
+  fig.tight_layout()
+  _save(fig, path)
+
+
+def training_curves(rows_by_model: Mapping[str, Sequence[Mapping[str, object]]], path,
                     key: str = "rmse") -> None:
   """Validation `key` against the step, one line per model (rows as in metrics.jsonl, split 'val')."""
   plt = _plt()
@@ -120,5 +229,4 @@ def training_curves(rows_by_model: Mapping[str, Sequence[Mapping[str, object]]],
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _save(fig, path)

@@ -185,3 +185,155 @@ def test_poisoned_weights_are_refused(tmp_path, capsys):
   assert "kitti_ncnn_conf_l1.npz" in capsys.readouterr().err and not (tmp_path / "out").exists()
   assert convert.main(["--input", str(poisoned), "--output", str(tmp_path / "conv")]) == 2
   assert not (tmp_path / "conv").exists()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Input and output formats (issue 14): KITTI PNG (m * 256), millimetre PNG, .npy / .npz in metres, --depth_scale
+
+
+def _eighths(shape=(24, 40), seed=3):
+  """A sparse map of depths that are multiples of 1/8 m = 125 mm = 32/256 m: exact in every format."""
+  rng = np.random.default_rng(seed)
+  return np.where(rng.random(shape) < 0.3, rng.integers(16, 480, shape) / 8.0, 0.0).astype(np.float32)
+
+
+def _write(fmt, path, depth_m):
+  if fmt == "kitti_png":
+    io.write_kitti_depth(path, depth_m)
+  elif fmt == "mm_png":
+    io.write_nyu_depth(path, depth_m)
+  elif fmt == "npy":
+    np.save(path, depth_m)
+  else:
+    np.savez(path, sparse=depth_m[..., None], rgb=np.zeros((2, 2, 3)))
+
+
+FILES = {"kitti_png": "s.png", "mm_png": "s.png", "npy": "s.npy", "npz": "s.npz"}
+
+
+@pytest.mark.parametrize("fmt", ["kitti_png", "mm_png", "npy", "npz"])
+def test_each_input_format_round_trips(pncnn_checkpoint, tmp_path, fmt, capsys):
+  """Written in each format, the same depths in metres give the same prediction, written back in the input's
+  format and scale ('same'): KITTI PNG value = round(d * 256), mm PNG round(d * 1000), npy float32 metres."""
+  ckpt, model, variables = pncnn_checkpoint
+  sparse = _eighths()
+  src = tmp_path / "in" / FILES[fmt]
+  src.parent.mkdir()
+  _write(fmt, src, sparse)
+  input_format = {"npz": "npy", "mm_png": "mm_png"}.get(fmt, "auto")  # auto: .png = KITTI, .npy/.npz = npy
+  out = tmp_path / "out"
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(src), "--output", str(out),
+                       "--input_format", input_format]) == 0
+  line = capsys.readouterr().out
+  pts = sparse[sparse > 0]
+  assert f"({'npy' if fmt == 'npz' else fmt}, " in line and f"input {pts.min():.3g}-{pts.max():.3g} m" in line, line
+  ref = predict.predict_array(model, variables, sparse)
+  depth = np.clip(ref.depth, 0, None)
+  if fmt == "kitti_png":
+    got, want = io.read_png_uint16(out / "s.png"), np.round(depth * 256)
+  elif fmt == "mm_png":
+    got, want = io.read_png_uint16(out / "s.png"), np.round(depth * 1000)
+  else:
+    got, want = np.load(out / "s.npy"), ref.depth
+    assert got.dtype == np.float32 and not (out / "s.png").exists()
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_allclose(np.load(out / "s_sigma.npy"), 1 / np.sqrt(ref.confidence), rtol=1e-6)  # sigma [m]
+
+
+def test_output_format_and_depth_scale(pncnn_checkpoint, tmp_path, capsys):
+  """--depth_scale replaces the format's scale (a PNG in half millimetres); --output_format npy writes float32
+  metres whatever the input; mm_png output is in millimetres."""
+  ckpt, model, variables = pncnn_checkpoint
+  sparse = _eighths() / 2  # <= 29.9 m: 59,875 half millimetres fit 16 bits
+  io.write_png_uint16(tmp_path / "half_mm.png", np.round(sparse * 2000).astype(np.uint16))
+  ref = predict.predict_array(model, variables, sparse)
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(tmp_path / "half_mm.png"), "--output",
+                       str(tmp_path / "o1"), "--depth_scale", "0.0005", "--output_format", "npy"]) == 0
+  np.testing.assert_array_equal(np.load(tmp_path / "o1" / "half_mm.npy"), ref.depth)
+  assert "(kitti_png, 0.0005 m per unit" in capsys.readouterr().out
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(tmp_path / "half_mm.png"), "--output",
+                       str(tmp_path / "o2"), "--depth_scale", "0.0005", "--output_format", "mm_png"]) == 0
+  np.testing.assert_array_equal(io.read_png_uint16(tmp_path / "o2" / "half_mm.png"),
+                                np.round(np.clip(ref.depth, 0, None) * 1000))
+
+
+def test_a_shipped_model_predicts_in_metres_from_every_format(tmp_path):
+  """Units end to end: a shipped model given a wall 10 m away in each format predicts about 10 m (a millimetre
+  PNG read as KITTI would say 39 m, one read as metres 10 km)."""
+  shape = (32, 48)
+  sparse = np.zeros(shape, np.float32)
+  sparse[::3, ::2] = 10.0
+  inp = tmp_path / "in"
+  inp.mkdir()
+  io.write_kitti_depth(inp / "kitti.png", sparse)
+  np.save(inp / "metres.npy", sparse)
+  (tmp_path / "mm").mkdir()
+  io.write_nyu_depth(tmp_path / "mm" / "tof.png", sparse)
+  out = tmp_path / "out"
+  assert predict.main(["--checkpoint", "synthetic:pncnn_masked", "--input", str(inp), "--output", str(out)]) == 0
+  assert predict.main(["--checkpoint", "synthetic:pncnn_masked", "--input", str(tmp_path / "mm"), "--output",
+                       str(out), "--input_format", "mm_png", "--output_format", "npy"]) == 0
+  for depth in (io.read_kitti_depth(out / "kitti.png"), np.load(out / "metres.npy"), np.load(out / "tof.npy")):
+    assert abs(np.median(depth) - 10.0) < 1.0, np.median(depth)
+  assert (out / "tof_preview.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--depth_scale", "-1"], "error: --depth_scale -1.0: must be a finite number > 0 (metres per stored unit"),
+    (["--depth_scale", "nan"], "error: --depth_scale nan: must be a finite number > 0"),
+    (["--input_format", "tiff"], "error: --input_format 'tiff' is not one of auto, kitti_png, mm_png, npy"),
+    (["--output_format", "exr"], "error: --output_format 'exr' is not one of same, kitti_png, mm_png, npy"),
+    (["--input_format", "mm_png"], "a.npy: --input_format mm_png reads .png files, not .npy (use --input_format auto)"),
+])
+def test_bad_format_settings_are_one_line_errors(pncnn_checkpoint, tmp_path, capsys, args, message):
+  ckpt, _, _ = pncnn_checkpoint
+  np.save(tmp_path / "a.npy", _eighths())
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(tmp_path / "a.npy"), "--output",
+                       str(tmp_path / "o")] + args) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and message in err, err
+  assert not (tmp_path / "o").exists()
+
+
+def test_a_wrong_scale_is_named_per_file(pncnn_checkpoint, tmp_path, capsys):
+  """Millimetres in an .npy read as metres, metres in a PNG with a millimetre --depth_scale, and negative depths:
+  each file fails with one line naming it, the others still run (exit status 1)."""
+  ckpt, _, _ = pncnn_checkpoint
+  d = tmp_path / "in"
+  d.mkdir()
+  sparse = _eighths()
+  np.save(d / "mm.npy", sparse * 1000)
+  np.save(d / "neg.npy", np.where(sparse > 0, -sparse, 0))
+  np.save(d / "good.npy", sparse)
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(d), "--output", str(tmp_path / "o")]) == 1
+  err = capsys.readouterr().err
+  assert (f"FAILED {d / 'mm.npy'}: depths up to {sparse.max() * 1000:.4g} m, read as npy at 1 m per stored unit: "
+          "wrong --input_format or --depth_scale?") in err
+  assert f"FAILED {d / 'neg.npy'}: " in err and "negative depths" in err
+  assert (tmp_path / "o" / "good.npy").is_file() and not (tmp_path / "o" / "mm.npy").exists()
+  io.write_kitti_depth(tmp_path / "k.png", sparse)
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(tmp_path / "k.png"), "--output",
+                       str(tmp_path / "o2"), "--depth_scale", "1e-6"]) == 1
+  assert "median depth" in capsys.readouterr().err
+
+
+def test_two_inputs_writing_the_same_outputs_are_refused(pncnn_checkpoint, tmp_path, capsys):
+  ckpt, _, _ = pncnn_checkpoint
+  d = tmp_path / "in"
+  d.mkdir()
+  io.write_kitti_depth(d / "a.png", _eighths())
+  np.save(d / "a.npy", _eighths())
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(d), "--output", str(tmp_path / "o")]) == 2
+  assert "a.npy and a.png would write the same outputs" in capsys.readouterr().err
+  assert predict.main(["--checkpoint", str(ckpt), "--input", str(d), "--output", str(tmp_path / "o"),
+                       "--input_format", "npy"]) == 0
+  assert (tmp_path / "o" / "a.npy").is_file() and not (tmp_path / "o" / "a.png").exists()
+
+
+def test_npy_nan_means_no_measurement(pncnn_checkpoint, tmp_path):
+  ckpt, model, variables = pncnn_checkpoint
+  sparse = _eighths()
+  np.save(tmp_path / "n.npy", np.where(sparse > 0, sparse, np.nan))
+  depth, fmt, scale = predict.read_input(tmp_path / "n.npy")
+  assert (fmt, scale) == ("npy", 1.0)
+  np.testing.assert_array_equal(depth, sparse)

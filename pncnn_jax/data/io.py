@@ -22,6 +22,8 @@ PathLike = Union[str, os.PathLike]
 
 KITTI_DEPTH_SCALE = 256.0  # raw uint16 per metre (REFERENCE.md 7.2, norm_factor)
 NYU_DEPTH_SCALE = 1000.0  # raw uint16 per metre (millimetres)
+KITTI_METRES_PER_UNIT = 1 / KITTI_DEPTH_SCALE  # metres per stored unit: what `--depth_scale` of predict means
+MM_METRES_PER_UNIT = 1 / NYU_DEPTH_SCALE
 _UINT16_MAX = np.iinfo(np.uint16).max
 _16BIT_MODES = ("I;16", "I;16B", "I;16L", "I")
 
@@ -147,3 +149,77 @@ def write_nyu_depth(path: PathLike, depth_m: np.ndarray) -> None:
   """Writes a depth map in metres as an NYU millimetre PNG, value = round(depth * 1000) (<= 65.535 m)."""
   depth = _check_depth_array(depth_m, NYU_DEPTH_SCALE, "depth_m", path)
   write_png_uint16(path, np.round(depth * NYU_DEPTH_SCALE).astype(np.uint16))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Any scale: 16-bit PNGs of `metres_per_unit`, and float arrays (.npy / .npz) in metres
+
+
+def read_depth_png(path: PathLike, metres_per_unit: float) -> np.ndarray:
+  """Reads a 16-bit PNG depth map whose stored value v means v * metres_per_unit metres (0 = missing).
+
+  KITTI PNGs are metres_per_unit = 1/256 (`read_kitti_depth`), millimetre PNGs (ToF cameras, NYU exports) 0.001.
+  Returns (H, W) float32 metres: the float64 product rounded once to float32 (exact for 1/256).
+  """
+  return (read_png_uint16(path).astype(np.float64) * float(metres_per_unit)).astype(np.float32)
+
+
+def write_depth_png(path: PathLike, depth_m: np.ndarray, metres_per_unit: float) -> None:
+  """Writes (H, W) depth in metres as a 16-bit PNG, value = round(depth / metres_per_unit) (<= 65535 units)."""
+  scale = 1.0 / float(metres_per_unit)
+  depth = _check_depth_array(depth_m, scale, "depth_m", path)
+  write_png_uint16(path, np.round(depth * scale).astype(np.uint16))
+
+
+NPZ_KEYS = ("sparse", "depth")  # the array an .npz holding several is read from, in this order
+
+
+def read_depth_array(path: PathLike) -> np.ndarray:
+  """Reads a depth map stored as a numpy array: an .npy file, or an .npz holding one array (or several, one of
+  them named 'sparse' or 'depth'). The values are returned as stored, as (H, W) float64; (H, W, 1) and
+  (1, H, W, 1) are squeezed. Raises DepthFileError naming the file for anything else (pickled objects included:
+  they are never loaded)."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise DepthFileError(f"{path}: depth file does not exist")
+  with open(path, "rb") as f:
+    magic = f.read(6)
+  if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
+    raise DepthFileError(f"{path}: not a numpy .npy or .npz file")
+  try:
+    loaded = np.load(path, allow_pickle=False)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+      with loaded:
+        arr = _pick_npz_array(path, loaded)
+    else:
+      arr = loaded
+  except DepthFileError:
+    raise
+  except (OSError, ValueError, EOFError) as e:
+    what = "holds pickled Python objects, which are never loaded" if "pickle" in str(e) or "Object arr" in str(e) \
+        else f"truncated or corrupt ({type(e).__name__}: {e})"
+    raise DepthFileError(f"{path}: {what}") from e
+  return _check_array(path, arr)
+
+
+def _pick_npz_array(path: pathlib.Path, npz) -> np.ndarray:
+  keys = list(npz.keys())
+  key = next((k for k in NPZ_KEYS if k in keys), keys[0] if len(keys) == 1 else None)
+  if key is None:
+    raise DepthFileError(f"{path}: holds the arrays {keys}; expected one array, or one named "
+                         f"{' or '.join(repr(k) for k in NPZ_KEYS)}")
+  return npz[key]
+
+
+def _check_array(path: pathlib.Path, arr: np.ndarray) -> np.ndarray:
+  arr = np.asarray(arr)
+  shape = arr.shape
+  while arr.ndim > 2 and arr.shape[-1] == 1:
+    arr = arr[..., 0]
+  while arr.ndim > 2 and arr.shape[0] == 1:
+    arr = arr[0]
+  if arr.ndim != 2:
+    raise DepthFileError(f"{path}: expected an (H, W) or (H, W, 1) depth map, got shape {shape}")
+  if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+    raise DepthFileError(f"{path}: expected real depth values, got dtype {arr.dtype}")
+  return arr.astype(np.float64)
