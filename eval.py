@@ -14,6 +14,10 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from pncnn_jax import cli
+
+__doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "training run directory (for best/latest; default output root)")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "best | latest | PATH (.pth.tar, .npz or a directory)")
@@ -49,9 +53,12 @@ def main(argv):
       _fail(e, 2)
     print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
     return
+  from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
                                  output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value)
+  except DatasetNotFoundError as e:  # the split is not built: one line, as for config errors
+    _fail(e, 2)
   except FloatingPointError as e:  # a diverged checkpoint
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError, a checkpoint
@@ -67,5 +74,4 @@ def _fail(error: Exception, status: int) -> None:
 if __name__ == "__main__":
   from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
   hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
-  from pncnn_jax import cli  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -11,6 +11,10 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from pncnn_jax import cli
+
+__doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory (checkpoints, metrics.jsonl, config.json)")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "call jax.distributed.initialize() (multi-host runs)")
@@ -26,10 +30,11 @@ def main(argv):
     jax.distributed.initialize()
   from pncnn_jax import evaluate, train  # pylint: disable=g-import-not-at-top
   from pncnn_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
   try:
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except ConfigError as e:  # a setting out of range: nothing was started
+  except (ConfigError, DatasetNotFoundError) as e:  # a setting out of range, data not built: nothing was started
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   except FloatingPointError as e:  # a diverged run: no traceback
@@ -50,5 +55,4 @@ def main(argv):
 if __name__ == "__main__":
   from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
   hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
-  from pncnn_jax import cli  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=cli.parse_flags_or_exit)

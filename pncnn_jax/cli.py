@@ -1,22 +1,71 @@
-"""What train.py and eval.py share before jax is touched: flag parsing without tracebacks for user mistakes."""
+"""What train.py and eval.py share before jax is touched: their --help text, and flag parsing without tracebacks
+for user mistakes."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 from absl import flags
 
+# Appended to train.py's and eval.py's docstrings, which absl prints for --help. Kept in step with
+# models.VARIANTS, configs/ and configs/base.py by tests/test_cli.py (no jax import for --help).
+CONFIG_FILES = ("synthetic", "kitti", "nyu", "ensemble_synthetic")
+VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est", "depth_pred",
+            "laplace")
+CONFIG_HELP = f"""
+Configs (--config FILE:VARIANT, e.g. configs/synthetic.py:pncnn):
+  configs/synthetic.py           synthetic LiDAR street scenes, rendered on the fly: no download, sized for a CPU
+  configs/kitti.py               KITTI depth completion, the published recipe (needs --config.data.data_dir)
+  configs/nyu.py                 NYU-Depth-v2, the published recipe (needs --config.data.data_dir)
+  configs/ensemble_synthetic.py  K members of one variant trained together, then every fusion rule
+Variants: {', '.join(VARIANTS)}
+  (NCNN, NCNN-Conf with L1 / L2, pNCNN, pNCNN-Exp, then the ablations; docs/SPEC.md section 5)
+Most-used fields (--config.FIELD=VALUE; every field, with a comment, in configs/base.py):
+  batch_size=4  learning_rate=0.01  num_epochs=10  steps_per_epoch=-1 (-1: one pass)  lr_decay_epochs=5  seed=0
+  eval_every_steps=-1  max_to_keep=2  progress_bar=True  loss='' (the variant's)
+  data.data_dir  data.train_crop_height  data.train_crop_width  data.eval_split  data.synthetic_size
+  model.mask_input_confidence=False  model.conv_precision='highest'
+A misspelled field is an error with a "Did you mean" hint. KITTI / NYU are built once into data.data_dir:
+  python -m pncnn_jax.data.build kitti_depth --manual_dir KITTI_ROOT --data_dir DATA_DIR   (docs/DATA.md)
+"""
+
+
+def _fail(message: str) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
-  """absl's flag parser (`app.run(main, flags_parser=parse_flags_or_exit)`): a misspelled `--config.<field>`
-  prints one line with ml_collections' "Did you mean" hint and exits with status 2, instead of a traceback."""
+  """absl's flag parser (`app.run(main, flags_parser=parse_flags_or_exit)`) that turns the user mistakes of
+  `--config` into one line on stderr and exit status 2, instead of a traceback:
+    * a misspelled `--config.<field>` (with ml_collections' "Did you mean" hint);
+    * an error raised by the config file's get_config (an unknown variant);
+    * a config file that does not exist."""
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except (AttributeError, KeyError) as e:  # ml_collections: an unknown field of a locked config
     text = str(e.args[0] if e.args else e)
     lines = [x.strip().strip("'\"\\") for x in text.replace("\\n", "\n").splitlines()]
     lines = [x for x in lines if x]
     hint = next((x for x in lines if x.startswith("Did you mean")), "")
     name = lines[0] if lines else text
-    print(f"error: no config field {name!r}" + (f"; {hint}" if hint else ""), file=sys.stderr)
-    sys.exit(2)
+    _fail(f"no config field {name!r}" + (f"; {hint}" if hint else ""))
+  except flags.IllegalFlagValueError as e:  # a flag's parser raised: for --config, the file's get_config
+    last = re.sub(r"^[\w.]*(Error|Exception): ", "", [x for x in str(e).splitlines() if x.strip()][-1].strip())
+    if "Error whilst parsing config file" in str(e):
+      specs = [a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
+               if a.split("=")[0] in ("--config", "-config") and ("=" in a or i + 1 < len(argv))]
+      spec = specs[-1] if specs else ""  # absl keeps the last
+      last = f"--config {spec}: " + re.sub(r"^configs/\w+\.py: ", "", last)
+    _fail(last)
+  config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
+  if type(config).__name__ == "_ErrorConfig":  # ml_collections defers a file it could not load to the first use
+    try:
+      config.keys()
+    except OSError as e:
+      missing = re.search(r"No such file or directory: '([^']*)'", str(e))
+      _fail(f"--config: {missing.group(1)} does not exist; the configs are "
+            + ", ".join(f"configs/{c}.py" for c in CONFIG_FILES) if missing
+            else f"--config: {str(e).splitlines()[-1].strip()}")
+  return rest

@@ -22,6 +22,7 @@ import jax
 import ml_collections
 
 from pncnn_jax import data, losses, models
+from pncnn_jax.data import build as data_build
 
 MODEL_FIELDS = ("nconv_init", "conv_precision", "unet_features", "mask_input_confidence")  # the PNCNN fields a config may set
 # steps_per_call=-1 (auto): two unrolled steps per call on CPU for frames of at least this many pixels (KITTI, NYU).
@@ -249,3 +250,15 @@ def check_identity(found: Mapping[str, Any], expected: Mapping[str, Any], *, wha
       raise IdentityMismatchError(f"{text}; {remedy}")
     print(f"warning: {text}; using it anyway (--allow_mismatch)", file=sys.stderr)
   return fields
+
+
+def check_data(config: ml_collections.ConfigDict, *, training: bool = True) -> None:
+  """The KITTI / NYU splits a run reads (the training split when `training`, and the evaluation split) are built in
+  config.data.data_dir; else `data.build.DatasetNotFoundError`: one line naming what is missing, where it looked and
+  the build command. Called before anything is created (TFDS would otherwise start building there). Synthetic
+  scenes need nothing."""
+  d = config.data
+  if d.dataset == "synthetic":
+    return
+  for split in ([d.train_split] if training else []) + [d.eval_split]:
+    data_build.check_prepared(d.dataset, d.data_dir, split)

@@ -308,6 +308,8 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
   else `config.IdentityMismatchError` unless `allow_mismatch`. The model is the config's, except
   `mask_input_confidence`, which is part of what the weights were trained as and is taken from the checkpoint when
   it records it."""
+  if not pairs_dir:
+    config_lib.check_data(config, training=False)  # DatasetNotFoundError before the checkpoint loads
   loss_name = config_lib.variant_loss(config)
   expect = config_lib.identity(config)
   if pairs_dir:

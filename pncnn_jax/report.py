@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pncnn_jax import paper, results
+from pncnn_jax import paper, results, viz
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
               "pncnn_masked", "pncnn_exp", "pncnn_exp_masked")
@@ -284,7 +284,7 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
     ax.set_ylabel("RMSE of the pixels kept (normalised, unitless)")
     ax.set_title(f"Sparsification curves on {scenes}\npNCNN normalisation: each model curve / its max, "
                  "oracle / its first value", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=2, title=viz.SPARSIFICATION_NOTES["pncnn"], title_fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(figdir / "sparsification.png", dpi=110)

@@ -298,6 +298,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     rule), or {} if no validation ran.
   """
   config_lib.check_config(config)  # ConfigError (a ValueError) before anything is created
+  config_lib.check_data(config)  # DatasetNotFoundError, likewise
   workdir = pathlib.Path(os.path.abspath(os.fspath(workdir)))
   if workdir.exists() and not workdir.is_dir():
     raise ValueError(f"--workdir {workdir} is a file, not a folder")

@@ -1,6 +1,7 @@
 """End-to-end command lines on tiny synthetic runs: train.py, eval.py, python -m pncnn_jax.predict; clear errors."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -112,3 +113,61 @@ def test_ensemble_train_and_eval_cli(tmp_path):
 
 
 # Settings out of range and the other bad inputs of issue 13: tests/test_bad_inputs.py.
+
+
+@pytest.mark.parametrize("script,override,message", [
+    ("train.py", "--config=configs/synthetic.py:ncnn_conv_l1",
+     "error: --config configs/synthetic.py:ncnn_conv_l1: unknown variant 'ncnn_conv_l1'; choose one of ncnn, "),
+    ("eval.py", "--config=configs/synthetic.py:ncnn_conv_l1",
+     "error: --config configs/synthetic.py:ncnn_conv_l1: unknown variant 'ncnn_conv_l1'; choose one of ncnn, "),
+    ("train.py", "--config=configs/synthetc.py:ncnn",
+     "error: --config: configs/synthetc.py does not exist; the configs are configs/synthetic.py, configs/kitti.py"),
+    ("eval.py", "--config=configs/synthetc.py:ncnn", "error: --config: configs/synthetc.py does not exist"),
+])
+def test_config_mistakes_are_one_line_and_exit_2(tmp_path, script, override, message):
+  wd = tmp_path / "wd"
+  config = [] if override.startswith("--config=") else ["--config=configs/synthetic.py:ncnn_conf_l1"]
+  r = run([script, *config, f"--workdir={wd}", override])
+  assert r.returncode == 2, r.stderr[-2000:]
+  assert "Traceback" not in r.stderr
+  lines = [x for x in r.stderr.splitlines() if x.strip() and not re.match(r"(WARNING|[IW]\d{4} )", x)]  # absl logs
+  assert len(lines) == 1 and lines[0].startswith(message), r.stderr[-2000:]
+  assert not wd.exists()  # nothing started
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_help_lists_configs_variants_and_fields(script):
+  from pncnn_jax import cli, config as config_lib, models
+  r = run([script, "--help"])  # absl exits with status 1 after --help
+  for name in sorted(p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "base"):
+    assert f"configs/{name}.py" in r.stdout, name
+  assert "Variants: " + ", ".join(models.VARIANTS) in r.stdout
+  assert cli.VARIANTS == tuple(models.VARIANTS) and set(cli.CONFIG_FILES) == {
+      p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "base"}
+  base = config_lib.load_config(REPO / "configs" / "base.py")
+  fields = re.findall(r"(?<![\w.-])((?:data\.|model\.)?[a-z_]+)(?==|  |$)", cli.CONFIG_HELP.split("Most-used fields")[1]
+                      .split("A misspelled")[0].split("\n", 1)[1], re.M)
+  assert len(fields) >= 15
+  for f in fields:
+    node = base
+    for k in f.split("."):
+      assert k in node, f"--help names {f}, which configs/base.py does not have"
+      node = node[k]
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_an_unbuilt_data_dir_is_one_line_and_creates_nothing(tmp_path, script):
+  """Issue 14: a missing KITTI data_dir printed a 40-line TFDS traceback that began "Downloading and preparing
+  dataset" and created downloads/ and kitti_depth/ under it (and the workdir)."""
+  data_dir, wd = tmp_path / "kitti_tfds", tmp_path / "wd"
+  out = ["--workdir", str(wd)] if script == "train.py" else ["--output", str(wd)]
+  r = run([script, "--config=configs/kitti.py:pncnn", f"--config.data.data_dir={data_dir}", *out])
+  assert r.returncode == 2 and "Traceback" not in r.stderr and "Downloading" not in r.stderr, r.stderr[-2000:]
+  lines = [x for x in r.stderr.splitlines() if x.strip() and not re.match(r"(WARNING|[IW]\d{4} )", x)]
+  assert lines == [f"error: data_dir {data_dir} does not exist; build it once (docs/DATA.md): python -m "
+                   f"pncnn_jax.data.build kitti_depth --manual_dir KITTI_ROOT --data_dir {data_dir}"], r.stderr
+  assert not data_dir.exists() and not wd.exists()
+  data_dir.mkdir()
+  r = run([script, "--config=configs/nyu.py:pncnn", f"--config.data.data_dir={data_dir}", *out])
+  assert r.returncode == 2 and f"holds no built nyu_depth (looked for {data_dir}/nyu_depth/1.0.0/" in r.stderr
+  assert list(data_dir.iterdir()) == [] and not wd.exists()

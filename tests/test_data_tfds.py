@@ -199,3 +199,32 @@ def test_nyu_bad_h5_is_named(tmp_path):
     f["depth"] = -np.ones((4, 5), np.float32)
   with pytest.raises(nyu_depth.NyuDepthBuildError, match=r"bad\.h5: depth has negative"):
     _build(nyu_depth.NyuDepth, tmp_path / "data", tmp_path / "nyu")
+
+
+def test_build_command_and_check_prepared(tmp_path, capsys):
+  """`python -m pncnn_jax.data.build` builds the splits present; check_prepared names what is missing, where it
+  looked and the build command, and creates nothing (TFDS would start building in the data_dir)."""
+  from pncnn_jax.data import build
+  data_dir = tmp_path / "data"
+  cmd = f"python -m pncnn_jax.data.build kitti_depth --manual_dir KITTI_ROOT --data_dir {data_dir}"
+  with pytest.raises(build.DatasetNotFoundError) as e:
+    build.check_prepared("kitti_depth", data_dir, "train")
+  assert str(e.value) == f"data_dir {data_dir} does not exist; build it once (docs/DATA.md): {cmd}"
+  data_dir.mkdir()
+  with pytest.raises(build.DatasetNotFoundError, match=f"holds no built kitti_depth \\(looked for {data_dir}/"
+                     "kitti_depth/1.0.0/dataset_info.json\\); build it once"):
+    make_iterator(dict(dataset="kitti_depth", split="train", data_dir=str(data_dir), crop="none", batch_size=1))
+  assert list(data_dir.iterdir()) == []
+  with pytest.raises(build.DatasetNotFoundError, match="nyu_depth needs data_dir"):
+    build.check_prepared("nyu_depth", None, "val")
+
+  assert build.main(["kitti_depth", "--manual_dir", str(KITTI_MINI), "--data_dir", str(data_dir)]) == 0
+  assert f"built kitti_depth in {data_dir}/kitti_depth/1.0.0" in capsys.readouterr().out
+  assert build.check_prepared("kitti_depth", data_dir, "train") == data_dir / "kitti_depth" / "1.0.0"
+  with pytest.raises(build.DatasetNotFoundError) as e:
+    build.check_prepared("kitti_depth", data_dir, "selval")
+  assert (f"the built kitti_depth has no split 'selval' (it has train; {data_dir}/kitti_depth/1.0.0/dataset_info.json);"
+          f" put depth_selection/val_selection_cropped/ into KITTI_ROOT, remove {data_dir}/kitti_depth/1.0.0 and "
+          f"rebuild (docs/DATA.md): {cmd}") in str(e.value)
+  assert build.main(["nyu_depth", "--manual_dir", str(tmp_path / "nowhere"), "--data_dir", str(data_dir)]) == 2
+  assert "--manual_dir" in capsys.readouterr().err

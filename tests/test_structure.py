@@ -16,7 +16,8 @@ PACKAGE = REPO / "pncnn_jax"
 # layer of what it is about; see README "Layout".
 LAYERS = [
     ["hostmem", "cli", "viz", "run_files", "conv", "data.sparsify", "data.io", "pretrained"],
-    ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth", "data.nyu_depth"],
+    ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth", "data.nyu_depth",
+     "data.build"],
     ["layers", "metrics", "data.pipeline", "data"],
     ["models"],
     ["losses", "torch_pickle", "torch_names", "checkpointing", "sharding"],

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 import grain
 import numpy as np
 
-from pncnn_jax.data import sparsify
+from pncnn_jax.data import build, sparsify
 from pncnn_jax.data import synthetic, synthetic_cache
 
 DATASETS = ("synthetic", "kitti_depth", "nyu_depth")
@@ -82,8 +82,8 @@ class DataConfig:
       raise ValueError(f"need 0 <= shard_index < shard_count, got {self.shard_index}, {self.shard_count}")
     if self.num_epochs is not None and self.num_epochs <= 0:
       raise ValueError(f"num_epochs must be positive or None, got {self.num_epochs}")
-    if self.dataset != "synthetic" and not self.data_dir:
-      raise ValueError(f"dataset {self.dataset!r} needs data_dir (the TFDS data_dir it was built in)")
+    if self.dataset != "synthetic" and not self.data_dir:  # build.DatasetNotFoundError, with the build command
+      build.check_prepared(self.dataset, self.data_dir, self.split)
 
 
 # ------------------------------------------------------------------------- per-example maps
@@ -161,6 +161,7 @@ def _source(cfg: DataConfig) -> grain.MapDataset:
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data import kitti_depth, nyu_depth  # noqa: F401  (registers the builders)
   split = cfg.split
+  build.check_prepared(cfg.dataset, cfg.data_dir, split)  # else TFDS would start building it there
   src = tfds.data_source(cfg.dataset, split=split, data_dir=cfg.data_dir)
   return grain.MapDataset.source(src)
 
