@@ -1,4 +1,4 @@
-r"""The fields every config shares, with the published recipe's values (REFERENCE.md section 8).
+r"""The fields every config shares, with the published recipe's values (docs/SPEC.md §11).
 
 Not used alone: configs/kitti.py, nyu.py and synthetic.py start from `get_config(variant)` here and override
 what differs (flax examples/imagenet style). Variants: any key of `pncnn_jax.models.VARIANTS`.
@@ -28,7 +28,7 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   c.data.dataset = "kitti_depth"  # 'synthetic' | 'kitti_depth' | 'nyu_depth'
   c.data.data_dir = ml_collections.FieldReference(None, field_type=str)  # TFDS data_dir (required for KITTI)
   c.data.train_split = "train"  # split trained on
-  c.data.train_crop = "center"  # torchvision CenterCrop, as the reference (REFERENCE.md 7.3)
+  c.data.train_crop = "center"  # torchvision CenterCrop, as the reference (docs/SPEC.md §10.3)
   c.data.train_crop_height = 352  # rows of the training crop
   c.data.train_crop_width = 1216  # columns of the training crop
   c.data.eval_split = "selval"  # split validated / evaluated on

@@ -1,4 +1,4 @@
-r"""NYU-Depth-v2, the published pNCNN recipe (REFERENCE.md sections 7.4 and 8).
+r"""NYU-Depth-v2, the published pNCNN recipe (docs/SPEC.md §10.4 and §11).
 
 Variants: any key of `pncnn_jax.models.VARIANTS` (published: ncnn_conf_l1, pncnn).
 
@@ -10,7 +10,7 @@ Command (needs the `nyu_depth` TFDS dataset prepared in DATA_DIR, see docs/DATA.
 
 Recipe: plain Adam, lr 0.01, x0.1 every 3 epochs, 10 epochs, batch 8 for the NCNN variants and 4 for pNCNN, full
 480x640 frames (no crop, no augmentation), 1000 uniformly sampled input points per image, validation on the 654
-val images. What it should reach (REFERENCE.md 10.3, official logs, metres): ncnn_conf_l1 MAE 0.0505 / RMSE
+val images. What it should reach (docs/SPEC.md §13, official logs, metres): ncnn_conf_l1 MAE 0.0505 / RMSE
 0.136 / delta1 98.9 % / AUSE 0.47; pncnn MAE 0.0577 / RMSE 0.144 / AUSE 0.10.
 """
 
@@ -28,11 +28,11 @@ def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   variant = variant or "pncnn"
   c = config_lib.load_config(f"{BASE}:{variant}")
   c.data.dataset = "nyu_depth"
-  c.data.train_crop = "none"  # full 480x640 frames, as the reference (REFERENCE.md 7.4)
+  c.data.train_crop = "none"  # full 480x640 frames, as the reference (docs/SPEC.md §10.4)
   c.data.train_crop_height, c.data.train_crop_width = 480, 640
   c.data.eval_split = "val"  # 654 images, 480x640
   c.data.eval_crop_height, c.data.eval_crop_width = 480, 640
   c.metrics = "nyu"
-  c.batch_size = 8 if variant.startswith("ncnn") else 4  # REFERENCE.md 8.1
+  c.batch_size = 8 if variant.startswith("ncnn") else 4  # docs/SPEC.md §11.2
   c.lr_decay_epochs = 3  # StepLR x0.1 every 3 epochs
   return c

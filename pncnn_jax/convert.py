@@ -1,4 +1,4 @@
-"""Official pNCNN PyTorch checkpoints -> pncnn_jax variables, without torch (REFERENCE sections 9.1-9.3).
+"""Official pNCNN PyTorch checkpoints -> pncnn_jax variables, without torch (docs/SPEC.md §12).
 
 Two input formats are read, by the restricted readers of `pncnn_jax.torch_pickle` (nothing is executed): the
 official legacy `torch.save` files (`checkpoint-9.pth.tar`) and `.npz` state dicts keyed by torch names (as in

@@ -6,7 +6,7 @@ maximum-likelihood (MLE) estimate of a mixture built from the members' confidenc
 
 Layout. Every member array carries a leading member axis K: stacked variables have leaves (K, ...); member
 outputs are (K, B, H, W, 1) depth mu_k [m] and precision c_k = 1/sigma_k^2 [1/m^2] (`ModelOutput.confidence` of
-pNCNN, REFERENCE 5). Fusion rules are pure jnp functions of those two arrays and return (B, H, W, 1).
+pNCNN, docs/SPEC.md §6). Fusion rules are pure jnp functions of those two arrays and return (B, H, W, 1).
 
 The fusion rules are `pncnn_jax.fusion` (re-exported here).
 
@@ -199,7 +199,7 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
                       max_batches: int = -1) -> dict[str, dict[str, float]]:
   """Evaluates every member and every fusion rule on `batches` (paper Table 3).
 
-  Error metrics are split means of per-image values (REFERENCE 6.1); AUSE (both definitions, REFERENCE 6.3/6.4),
+  Error metrics are split means of per-image values (docs/SPEC.md §7.3); AUSE (both definitions, docs/SPEC.md §8.2/§8.3),
   AUCE and NLL pool all valid pixels of the split. Members are ranked by their own precision; fused rows by the
   fused precision 1 / `fused_variance` (uniform mixture for 'mean', confidence-weighted for the other rules).
   AUCE and NLL are None for models trained without a probabilistic loss.

@@ -2,8 +2,8 @@
 
 `run_evaluation` is what the training loop validates with and what `eval.py` reports with; it never builds the
 training pipeline. Per image, the KITTI (mm, 1/km) or NYU (m) metrics of `pncnn_jax.metrics` are averaged over
-the split (REFERENCE.md 6.1); the per-pixel squared errors and confidences of all valid pixels are pooled for
-AUSE (REFERENCE.md 6.3 / 6.4). KITTI results also carry the benchmark's own score beside them,
+the split (docs/SPEC.md §7.3); the per-pixel squared errors and confidences of all valid pixels are pooled for
+AUSE (docs/SPEC.md §8). KITTI results also carry the benchmark's own score beside them,
 `devkit_{mae,rmse,imae,irmse}` (`metrics.kitti_devkit_metrics`): the predictions rounded to the 16-bit PNG grid as
 `pncnn_jax.predict` writes them, missing depths filled from their row neighbours as the KITTI devkit does.
 
@@ -193,7 +193,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
 
 
 def kitti_pairs(root: str | pathlib.Path) -> list[tuple[pathlib.Path, pathlib.Path]]:
-  """(velodyne_raw PNG, groundtruth PNG) pairs under a KITTI depth-completion tree (REFERENCE.md 7.1)."""
+  """(velodyne_raw PNG, groundtruth PNG) pairs under a KITTI depth-completion tree (docs/SPEC.md §10.1)."""
   root = pathlib.Path(root)
   if not root.is_dir():
     raise FileNotFoundError(f"--pairs_dir {root} is not a directory")

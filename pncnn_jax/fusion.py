@@ -134,8 +134,8 @@ def mixture_moments(depth: Array, precision: Array, *, weighting: str = "uniform
 
     mean = sum_k w_k mu_k,   var = sum_k w_k / c_k  (aleatoric)  +  sum_k w_k (mu_k - mean)^2  (member spread)
 
-  `weighting='uniform'` (w_k = 1/K) is the deep-ensemble predictive variance of Gustafsson et al. (REFERENCE
-  6.4: sigma^2 = mean sigma_alea^2 + Var_M(mu)); 'confidence' uses w_k = c_k / sum c (then the aleatoric term is
+  `weighting='uniform'` (w_k = 1/K) is the deep-ensemble predictive variance of Gustafsson et al. (docs/SPEC.md
+  §9: sigma^2 = mean sigma_alea^2 + Var_M(mu)); 'confidence' uses w_k = c_k / sum c (then the aleatoric term is
   K'/sum c with K' the members with c_k > 0, and the mean is `fuse_weighted_mean`).
 
   Returns:

@@ -5,7 +5,7 @@ modules that only own parameters (and BatchNorm statistics) and call these funct
 `pncnn_jax.conv.same_conv`, computed on CPU by the kernels of `pncnn_jax.cpu_kernels`.
 
 Conventions: activations are NHWC float32, kernels HWIO. Depth is in metres, confidences are non-negative
-and unitless. Section numbers refer to ../shared/REFERENCE.md (the spec of the official implementation).
+and unitless. Section numbers (§) refer to docs/SPEC.md.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from pncnn_jax.conv import NCONV_PRECISION, check_rank4
 from pncnn_jax.cpu_kernels import conv2d_same  # noqa: F401  (the UNet convolution; re-exported)
 
 Array = jax.Array
-NCONV_EPS = 1e-20  # added to the denominator (REFERENCE 1.1); representable in float32, not in float16
+NCONV_EPS = 1e-20  # added to the denominator (docs/SPEC.md §2.1); representable in float32, not in float16
 
 
 def softplus_beta(x: Array, beta: float = 10.0, threshold: float = 20.0) -> Array:
   """PyTorch's `softplus(x, beta, threshold)`: (1/beta)*log(1+exp(beta*x)), and x where beta*x > threshold.
 
-  With beta=10 this is the positivity map of the NConv weights (REFERENCE 1.2): W = softplus_10(W_p).
+  With beta=10 this is the positivity map of the NConv weights (docs/SPEC.md §2.2): W = softplus_10(W_p).
   """
   bx = beta * x
   return jnp.where(bx > threshold, x, jax.nn.softplus(bx) / beta)
@@ -66,7 +66,7 @@ def nconv(
     eps: float = NCONV_EPS,
     conv_precision=NCONV_PRECISION,
 ) -> tuple[Array, Array]:
-  """Normalized convolution (Knutsson & Westin; pNCNN eq. 2, REFERENCE 1.3).
+  """Normalized convolution (Knutsson & Westin; pNCNN eq. 2, docs/SPEC.md §2.1).
 
     D     = conv(c, W)                  denominator
     N     = conv(x * c, W)              numerator
@@ -119,7 +119,7 @@ def _first_max_select(keys: list[Array], *values: list[Array]) -> list[Array]:
 
 
 def confidence_downsample(x: Array, c: Array) -> tuple[Array, Array]:
-  """Confidence-driven 2x2 downsampling (REFERENCE 2.3).
+  """Confidence-driven 2x2 downsampling (docs/SPEC.md §3.1).
 
   In each 2x2 window (stride 2, floor: an odd last row/column is dropped) take the element of maximum
   confidence (first maximum in row-major order wins, as PyTorch's max-pool), return the data there and the
@@ -149,7 +149,7 @@ def _nearest_index(n_in: int, n_out: int) -> np.ndarray:
 
 
 def nearest_upsample(x: Array, size: Sequence[int]) -> Array:
-  """Nearest-neighbour resize to `size` = (H_out, W_out) with PyTorch's index rule (REFERENCE 2.4).
+  """Nearest-neighbour resize to `size` = (H_out, W_out) with PyTorch's index rule (docs/SPEC.md §3.2).
 
   Not the half-pixel rule of `jax.image.resize`: src = min(floor(dst * in/out), in - 1). For an exact x2 it
   is a 2x2 repeat.
@@ -218,7 +218,7 @@ def _align_corners_x2_axis(x: Array, axis: int) -> Array:
 
 
 def bilinear_upsample_x2(x: Array) -> Array:
-  """Bilinear x2 upsampling with align_corners=True (REFERENCE 3.3); not `jax.image.resize` (half-pixel).
+  """Bilinear x2 upsampling with align_corners=True (docs/SPEC.md §3.3); not `jax.image.resize` (half-pixel).
 
   out = (1-lh) * [(1-lw) a + lw b] + lh * [(1-lw) c + lw d], with src = dst * (n-1)/(2n-1): interpolated
   along the width first, then along the height, as the reference.
@@ -254,7 +254,7 @@ def pad_to(x: Array, size: Sequence[int]) -> Array:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Batch normalisation with PyTorch semantics (REFERENCE 3.5).
+# Batch normalisation with PyTorch semantics (docs/SPEC.md §4.3).
 
 
 def batch_norm(x: Array, mean: Array, var: Array, scale: Array, bias: Array, eps: float = 1e-5) -> Array:
@@ -304,7 +304,7 @@ class BatchNorm(nn.Module):
 
 
 def poisson_kernel_init(key: Array, shape: Sequence[int], dtype=jnp.float32) -> Array:
-  """The published 'p' init (REFERENCE 1.4): outer product of the Poisson pmf (mu = kh/2) at k = 0..kh-1,
+  """The published 'p' init (docs/SPEC.md §2.3): outer product of the Poisson pmf (mu = kh/2) at k = 0..kh-1,
   repeated over channels, plus independent U[0, 1) noise per element. Shape HWIO (kh, kw, C_in, C_out)."""
   kh, kw = int(shape[0]), int(shape[1])
   mu = kh / 2
@@ -328,7 +328,7 @@ class NConv2D(nn.Module):
   """Normalized convolution layer: owns the raw kernel `kernel_p` (HWIO) and `bias`; W = softplus_10(kernel_p).
 
   As the reference, the raw parameter is initialised to softplus_10(w_init) and the map is applied again in
-  the forward pass (so W at step 0 is softplus_10(softplus_10(w_init)), REFERENCE 1.2 and 11.3).
+  the forward pass (so W at step 0 is softplus_10(softplus_10(w_init)), docs/SPEC.md §2.2).
 
   Attributes:
     features: C_out.

@@ -1,12 +1,12 @@
-"""Training losses of pNCNN (REFERENCE.md section 5), as pure jnp functions on NHWC arrays.
+"""Training losses of pNCNN (docs/SPEC.md §6), as pure jnp functions on NHWC arrays.
 
 Every function takes (B, H, W, 1) arrays in metres, with target 0 marking a pixel without ground
 truth (the valid set V is target > 0, pooled over the whole batch), and returns a float32 scalar.
 
 Normalisation, exactly as the official `common/losses.py` computes it:
 
-* `masked_l1`, `masked_l2` divide by **all** B*H*W pixels (invalid pixels contribute 0), REFERENCE
-  section 5 and 11.9.
+* `masked_l1`, `masked_l2` divide by **all** B*H*W pixels (invalid pixels contribute 0), docs/SPEC.md
+  §6.
 * `gaussian_nll`, `gaussian_nll_exp`, `laplace_nll` divide by |V|.
 
 An empty valid set gives a loss of exactly 0 (not NaN) and zero gradients. Values at invalid
@@ -16,7 +16,7 @@ multiplies by the mask instead, so there `0 * inf` would give NaN).
 `LOSSES` maps the names used in configs to functions `(ModelOutput, target) -> scalar`;
 `get_loss(name)` looks one up. Each loss also declares, once, what the model's output confidence c means
 for it: `PRECISION_RULES[name]` gives the precision 1/sigma^2 [1/m^2] of the distribution it fits,
-  gaussian_nll       1/sigma^2 = c           c is the precision (REFERENCE.md 5)
+  gaussian_nll       1/sigma^2 = c           c is the precision (docs/SPEC.md §6)
   gaussian_nll_exp   1/sigma^2 = exp(c)      the data term's precision
   laplace_nll        1/sigma^2 = c^2 / 2     c = 1/b, Laplace std sqrt(2) b
   masked_l1 / l2     None: the confidence is the propagated NConv confidence, not calibrated
@@ -34,7 +34,7 @@ import numpy as np
 if TYPE_CHECKING:  # models.py is only needed for the annotation.
   from pncnn_jax.models import ModelOutput
 
-# Added to the precision inside the log, as in the reference (REFERENCE.md section 5).
+# Added to the precision inside the log, as in the reference (docs/SPEC.md §6).
 LOG_EPS = 1e-16
 
 
@@ -72,7 +72,7 @@ def masked_l1(pred: jax.Array, target: jax.Array) -> jax.Array:
     target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
 
   Returns:
-    () float32 [m]: sum_V |t - mu| / (B*H*W) (REFERENCE.md section 5, 11.9).
+    () float32 [m]: sum_V |t - mu| / (B*H*W) (docs/SPEC.md §6).
   """
   _check("masked_l1", pred=pred, target=target)
   return jnp.mean(_abs_err(pred, target, _valid(target)))
@@ -86,7 +86,7 @@ def masked_l2(pred: jax.Array, target: jax.Array) -> jax.Array:
     target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
 
   Returns:
-    () float32 [m^2]: sum_V (t - mu)^2 / (B*H*W) (REFERENCE.md section 5, 11.9).
+    () float32 [m^2]: sum_V (t - mu)^2 / (B*H*W) (docs/SPEC.md §6).
   """
   _check("masked_l2", pred=pred, target=target)
   return jnp.mean(jnp.square(_abs_err(pred, target, _valid(target))))
@@ -101,7 +101,7 @@ def _prob_terms(name, pred, precision, target):
 
 
 def gaussian_nll(pred: jax.Array, precision: jax.Array, target: jax.Array) -> jax.Array:
-  """pNCNN loss, official `MaskedProbLoss` (REFERENCE.md section 5).
+  """pNCNN loss, official `MaskedProbLoss` (docs/SPEC.md §6).
 
     L = (1/|V|) sum_V [ c (t - mu)^2 - log(c + 1e-16) ]
 
@@ -123,7 +123,7 @@ def gaussian_nll(pred: jax.Array, precision: jax.Array, target: jax.Array) -> ja
 
 
 def gaussian_nll_exp(pred: jax.Array, c: jax.Array, target: jax.Array) -> jax.Array:
-  """pNCNN-Exp loss as the reference computes it, official `MaskedProbExpLoss` (REFERENCE 5, 11.8).
+  """pNCNN-Exp loss as the reference computes it, official `MaskedProbExpLoss` (docs/SPEC.md §6).
 
     L = (1/|V|) sum_V [ exp(c) (t - mu)^2 - log(c + 1e-16) ]
 

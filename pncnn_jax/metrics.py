@@ -1,4 +1,4 @@
-"""Error metrics and uncertainty evaluation of pNCNN (REFERENCE.md section 6).
+"""Error metrics and uncertainty evaluation of pNCNN (docs/SPEC.md §7, §8).
 
 Two kinds of function live here:
 
@@ -28,7 +28,7 @@ from pncnn_jax.uncertainty import (AUCE_ALPHAS, FRACTIONS_GUSTAFSSON, FRACTIONS_
 from pncnn_jax.uncertainty import check_nhwc as _check_nhwc
 
 # -------------------------------------------------------------------------------------------------
-# Depth error metrics (REFERENCE.md 6.1, 6.2)
+# Depth error metrics (docs/SPEC.md §7)
 # -------------------------------------------------------------------------------------------------
 
 KITTI_METRICS = ("mae", "rmse", "mse", "imae", "irmse", "absrel", "delta1", "delta2", "delta3")
@@ -69,7 +69,7 @@ def _error_metrics(name, pred, target, *, to_unit, inverse, pooled):
 
 
 def kitti_metrics(pred: jax.Array, target: jax.Array, *, pooled: bool = False) -> dict:
-  """KITTI error metrics, official `KittiErrorMetrics` (REFERENCE.md 6.1).
+  """KITTI error metrics, official `KittiErrorMetrics` (docs/SPEC.md §7.1).
 
   With d = |1000 pred - 1000 target| [mm] over the valid pixels V = {target > 0}:
   MAE = mean d [mm], MSE = mean d^2 [mm^2], RMSE = sqrt(MSE) [mm],
@@ -92,7 +92,7 @@ def kitti_metrics(pred: jax.Array, target: jax.Array, *, pooled: bool = False) -
 
 
 def nyu_metrics(pred: jax.Array, target: jax.Array, *, pooled: bool = False) -> dict:
-  """NYU error metrics, official `NyuErrorMetrics` (REFERENCE.md 6.2).
+  """NYU error metrics, official `NyuErrorMetrics` (docs/SPEC.md §7.2).
 
   As `kitti_metrics` but in metres (MAE, RMSE [m], MSE [m^2]) and without iMAE/iRMSE.
 

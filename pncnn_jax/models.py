@@ -1,9 +1,9 @@
 """The networks of pNCNN (Eldesokey et al., CVPR 2020) as Flax Linen modules (NHWC).
 
 - `NConvUNet`: the 4-scale normalized-convolution encoder-decoder (7 NConv layers, 481 parameters, nconv2 and
-  nconv3 shared across scales), REFERENCE section 2.
+  nconv3 shared across scales), docs/SPEC.md §4.1.
 - `UNet`: the compact 4-level UNet with BatchNorm that estimates the input confidence (sigmoid or softplus
-  head) and, in pNCNN, the output precision from the last NConv confidence, REFERENCE section 3.
+  head) and, in pNCNN, the output precision from the last NConv confidence, docs/SPEC.md §4.2.
 - `PNCNN`: one configurable family covering NCNN, NCNN-Conf, pNCNN, pNCNN-Exp and the ablations; `VARIANTS`
   names the presets and `build_model(name)` builds one.
 
@@ -60,7 +60,7 @@ def _check_input(name: str, x: Array) -> None:
 
 
 class NConvUNet(nn.Module):
-  """Multi-scale normalized-convolution network (REFERENCE 2.2), 481 parameters for 1 -> 1 channels.
+  """Multi-scale normalized-convolution network (docs/SPEC.md §4.1), 481 parameters for 1 -> 1 channels.
 
     scale 1:   (x1, c1)   = nconv3(nconv2(nconv1(x0, c0)))
     scale 1/2: (x2, c2)   = nconv3(nconv2(DS(x1, c1)))          nconv2, nconv3 shared
@@ -137,7 +137,7 @@ def _torch_bias_init(fan_in: int):
 
 
 class Conv(nn.Module):
-  """'Same' 2D convolution with bias, PyTorch's default init: W, b ~ U(+-1/sqrt(fan_in)) (REFERENCE 3.4).
+  """'Same' 2D convolution with bias, PyTorch's default init: W, b ~ U(+-1/sqrt(fan_in)) (docs/SPEC.md §4.2).
 
   Parameters `kernel` (HWIO) and `bias` exactly as nn.Conv's; the numerics are `layers.conv2d_same`. Called
   with several inputs, it convolves their channel concatenation (the UNet skip joins); how (one convolution
@@ -159,7 +159,7 @@ class Conv(nn.Module):
 
 
 class DoubleConv(nn.Module):
-  """(Conv3x3 -> BatchNorm -> ReLU) x 2 (REFERENCE 3.1)."""
+  """(Conv3x3 -> BatchNorm -> ReLU) x 2 (docs/SPEC.md §4.2)."""
 
   features: int
   conv_precision: Any = None
@@ -238,7 +238,7 @@ VAR_ESTIMATORS = ("none", "cout", "cout_depth")
 
 
 class PNCNN(nn.Module):
-  """The pNCNN model family (paper sections 3-4; REFERENCE section 4).
+  """The pNCNN model family (paper sections 3-4; docs/SPEC.md §5).
 
     c0  = mask(x > 0)                            conf_estimator = 'none'     (NCNN, binary input confidence)
         = sigmoid(UNet(x)) | softplus(UNet(x))   conf_estimator = 'sigmoid' | 'softplus'
@@ -247,7 +247,7 @@ class PNCNN(nn.Module):
         = softplus(UNet(cout))                   var_estimator = 'cout'       (pNCNN: precision 1/sigma^2)
         = softplus(UNet([cout, mu]))             var_estimator = 'cout_depth' (ablation: also sees mu)
 
-  c0 is not masked by the input validity (REFERENCE 11.7) unless `mask_input_confidence` is set (our option,
+  c0 is not masked by the input validity (docs/SPEC.md §5) unless `mask_input_confidence` is set (our option,
   not the official network): then c0 <- c0 * [x > 0], so empty pixels carry exactly zero confidence into NConv.
 
   Attributes:

@@ -1,4 +1,4 @@
-"""The official network's torch state_dict names <-> our variables (REFERENCE section 9.2); numpy only.
+"""The official network's torch state_dict names <-> our variables (docs/SPEC.md §12); numpy only.
 
 Name mapping (torch state_dict -> our NHWC variables; conv kernels OIHW -> HWIO by transpose(2, 3, 1, 0)):
   <est>.inc.conv.conv.{0,1,3,4}             -> params/<est>/inc/{conv0,bn0,conv1,bn1}
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 # --------------------------------------------------------------------------------------------------------------
-# The name table (REFERENCE 9.2).
+# The name table (docs/SPEC.md §12).
 
 UNET_BLOCKS = {  # our block name -> torch module path inside a UNet / UNetSP
     "inc": "inc.conv.conv",
@@ -33,7 +33,7 @@ UNET_BLOCKS = {  # our block name -> torch module path inside a UNet / UNetSP
     "up3": "up3.conv.conv",
     "up4": "up4.conv.conv",
 }
-# (in, out) channels of conv0 and conv1 of each block for the official 1 -> 1 UNet with m = 8 (REFERENCE 3.2).
+# (in, out) channels of conv0 and conv1 of each block for the official 1 -> 1 UNet with m = 8 (docs/SPEC.md §4.2).
 UNET_CHANNELS = {
     "inc": ((1, 32), (32, 32)),
     "down1": ((32, 32), (32, 32)),
@@ -43,7 +43,7 @@ UNET_CHANNELS = {
     "up3": ((96, 32), (32, 32)),
     "up4": ((64, 32), (32, 32)),
 }
-# NConvUNet: (C_out, C_in, k) of nconv1..7 (REFERENCE 2.1, 9.2).
+# NConvUNet: (C_out, C_in, k) of nconv1..7 (docs/SPEC.md §4.1, §12).
 NCONV_SHAPES = {1: (2, 1, 5), 2: (2, 2, 5), 3: (2, 2, 5), 4: (2, 4, 3), 5: (2, 4, 3), 6: (2, 4, 3), 7: (1, 2, 1)}
 
 class _Entry:
@@ -76,7 +76,7 @@ def _unet_entries(prefix: str) -> list[_Entry]:
 
 def _nconv_entries() -> list[_Entry]:
   out = []
-  for k, (cout, cin, ks) in NCONV_SHAPES.items():  # torch registers bias before weight_p (REFERENCE 9.2)
+  for k, (cout, cin, ks) in NCONV_SHAPES.items():  # torch registers bias before weight_p (docs/SPEC.md §12)
     out.append(_Entry(f"nconv.nconv{k}.bias", "params", ("nconv", f"nconv{k}", "bias"), "vector", (cout,)))
     out.append(_Entry(f"nconv.nconv{k}.weight_p", "params", ("nconv", f"nconv{k}", "kernel_p"), "conv",
                       (cout, cin, ks, ks)))

@@ -8,7 +8,7 @@
   * `module_state_dict`: torch's `Module.state_dict()` of such an unpickled module.
   * `read_npz_state_dict`: `.npz` state dicts keyed by torch names, as in ../shared/reference/weights/.
 
-The mapping of torch names to our variables is `pncnn_jax.convert` (REFERENCE sections 9.1-9.3).
+The mapping of torch names to our variables is `pncnn_jax.convert` (docs/SPEC.md §12).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _is_allowed_object_module(module: str) -> bool:
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
-  """Unpickler that resolves only an allow-list of globals; everything else is refused (REFERENCE 9.3)."""
+  """Unpickler that resolves only an allow-list of globals; everything else is refused (docs/SPEC.md §12)."""
 
   _SAFE = {
       ("collections", "OrderedDict"): collections.OrderedDict,

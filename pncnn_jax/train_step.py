@@ -35,12 +35,12 @@ class TrainState(train_state.TrainState):
 
 def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> optax.Schedule:
   """PyTorch StepLR stepped once per epoch: lr = base_lr * gamma^(epoch // decay_epochs), epoch = step // steps_per_epoch
-  (REFERENCE 8.2: KITTI decays every 5 epochs, NYU every 3)."""
+  (docs/SPEC.md §11.2: KITTI decays every 5 epochs, NYU every 3)."""
   return optax.exponential_decay(base_lr, steps_per_epoch * decay_epochs, gamma, staircase=True)
 
 
 def make_optimizer(learning_rate: float | optax.Schedule) -> optax.GradientTransformation:
-  """Plain Adam as the published models were trained (amsgrad=False, REFERENCE 8.2 and 11.2):
+  """Plain Adam as the published models were trained (amsgrad=False, docs/SPEC.md §11.1):
   betas (0.9, 0.999), eps 1e-8 added after the bias-corrected sqrt(v), no weight decay."""
   return optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
 

@@ -1,4 +1,4 @@
-"""Uncertainty evaluation of pNCNN (REFERENCE.md sections 6.3-6.5): sparsification curves, AUSE, AUCE, NLL, AUROC.
+"""Uncertainty evaluation of pNCNN (docs/SPEC.md §8): sparsification curves, AUSE, AUCE, NLL, AUROC.
 
 Host numpy in float64, exact over a whole split (KITTI selval pools ~7e7 pixels) with O(N) memory and O(N log N)
 time: one sort, then 100 prefix sums. `UncertaintyAccumulator` collects the per-pixel vectors image by image.
@@ -24,7 +24,7 @@ def check_nhwc(name: str, **arrays) -> None:
 
 
 # -------------------------------------------------------------------------------------------------
-# Sparsification curves and AUSE (REFERENCE.md 6.3, 6.4)
+# Sparsification curves and AUSE (docs/SPEC.md §8.1-§8.3)
 # -------------------------------------------------------------------------------------------------
 
 # pNCNN: torch/np linspace(0, 1, 100, endpoint=False); Gustafsson: np.arange(0, 1, 0.01).
@@ -123,7 +123,7 @@ def _normalise(curve: np.ndarray, by: float) -> np.ndarray:
 
 
 def ause_pncnn(err_sq, confidence, *, tie_break: str = "stable") -> Sparsification:
-  """AUSE as the official pNCNN `eval_ause` computes it (REFERENCE.md 6.3).
+  """AUSE as the official pNCNN `eval_ause` computes it (docs/SPEC.md §8.2).
 
   Model order: sqrt(confidence) (float32, as the reference; monotone, so it only matters through
   the ties sqrt creates) descending. Fractions linspace(0, 1, 100, endpoint=False). The oracle
@@ -151,7 +151,7 @@ def ause_pncnn(err_sq, confidence, *, tie_break: str = "stable") -> Sparsificati
 
 
 def ause_gustafsson(err_sq, sigma, *, tie_break: str = "stable") -> Sparsification:
-  """AUSE as Gustafsson et al. compute it ([bdl] `*_eval_ause.py`, REFERENCE.md 6.4).
+  """AUSE as Gustafsson et al. compute it (docs/SPEC.md §8.3).
 
   Model order: sigma ascending (theirs is np.argsort's quicksort, unstable; ours per
   `tie_break`). Fractions np.arange(0, 1, 0.01). **Both** curves are normalised by their own first
@@ -175,7 +175,7 @@ def ause_gustafsson(err_sq, sigma, *, tie_break: str = "stable") -> Sparsificati
 
 
 def sigma_from_precision(c) -> np.ndarray:
-  """sigma = 1/sqrt(c) [m] for a precision c [1/m^2] (REFERENCE.md 5); c = 0 gives inf."""
+  """sigma = 1/sqrt(c) [m] for a precision c [1/m^2] (docs/SPEC.md §6); c = 0 gives inf."""
   c = np.asarray(c, np.float64)
   if np.any(c < 0) or np.any(np.isnan(c)):
     raise ValueError("sigma_from_precision: the precision must be >= 0 and not NaN")
@@ -184,10 +184,10 @@ def sigma_from_precision(c) -> np.ndarray:
 
 
 # -------------------------------------------------------------------------------------------------
-# Calibration: AUCE and Gaussian NLL (REFERENCE.md 6.4)
+# Calibration: AUCE and Gaussian NLL (docs/SPEC.md §8.5, §8.6)
 # -------------------------------------------------------------------------------------------------
 
-AUCE_ALPHAS = np.arange(0.01, 1.0, 0.01)  # 99 miscoverage levels, as [bdl]
+AUCE_ALPHAS = np.arange(0.01, 1.0, 0.01)  # 99 miscoverage levels, as Gustafsson et al.
 _Z = np.array([statistics.NormalDist().inv_cdf(1.0 - a / 2.0) for a in AUCE_ALPHAS])
 
 
@@ -228,7 +228,7 @@ def _calibration(counts: np.ndarray, n: int) -> Calibration:
 
 
 def auce(pred, sigma, target) -> Calibration:
-  """Area under the calibration error curve, Gustafsson et al. (REFERENCE.md 6.4).
+  """Area under the calibration error curve, Gustafsson et al. (docs/SPEC.md §8.5).
 
   For alpha in arange(0.01, 1, 0.01), the interval mu +- Phi^-1(1 - alpha/2) sigma (both ends
   inclusive) should hold a fraction 1 - alpha of the valid pixels; AUCE = trapz over alpha of

@@ -18,7 +18,7 @@ def cfg(name, variant):
 def test_kitti_variants_follow_the_published_recipe(variant):
   c = cfg("kitti", variant)
   assert c.variant == variant and config_lib.variant_loss(c) == models.VARIANTS[variant].loss
-  # REFERENCE.md 8.1: Adam lr 0.01, x0.1 every 5 epochs, batch 4, 10 epochs, centre crop 352x1216, selval.
+  # docs/SPEC.md §11.2: Adam lr 0.01, x0.1 every 5 epochs, batch 4, 10 epochs, centre crop 352x1216, selval.
   assert (c.learning_rate, c.lr_decay_epochs, c.lr_decay_factor, c.batch_size, c.num_epochs) == (0.01, 5, 0.1, 4, 10)
   assert (c.data.train_crop, c.data.train_crop_height, c.data.train_crop_width) == ("center", 352, 1216)
   assert (c.data.dataset, c.data.eval_split, c.metrics, c.model.nconv_init) == ("kitti_depth", "selval", "kitti",
@@ -32,7 +32,7 @@ def test_published_losses():
 
 def test_nyu_recipe():
   l1, p = cfg("nyu", "ncnn_conf_l1"), cfg("nyu", "pncnn")
-  # REFERENCE.md 8.1: batch 8 (ncnn) / 4 (pncnn), x0.1 every 3 epochs, full 480x640, 1000 uniform samples.
+  # docs/SPEC.md §11.2: batch 8 (ncnn) / 4 (pncnn), x0.1 every 3 epochs, full 480x640, 1000 uniform samples.
   assert (l1.batch_size, p.batch_size, p.lr_decay_epochs, p.num_epochs, p.learning_rate) == (8, 4, 3, 10, 0.01)
   assert (p.data.train_crop, p.data.nyu_num_samples, p.metrics, p.data.eval_split) == ("none", 1000, "nyu", "val")
 

@@ -1,7 +1,7 @@
 """pncnn_jax.convert: official checkpoints (legacy torch pickles, .npz state dicts) -> our variables.
 
 Golden values: ../shared/reference/weights/*.npz (state dicts extracted by the reference with torch),
-golden/checkpoints_info.json (args, epoch, sha256 recorded by the reference), REFERENCE 9.2/9.4 sanity values.
+golden/checkpoints_info.json (args, epoch, sha256 recorded by the reference), docs/SPEC.md §12 sanity values.
 """
 
 import collections
@@ -92,7 +92,7 @@ def test_official_checkpoint_equals_reference_state_dict(shared_dir, checkpoints
 
 
 def test_sanity_values_of_kitti_l1(shared_dir):
-  """REFERENCE 9.4: NConv biases, effective-weight sums per output channel, outc bias, BN batch count."""
+  """docs/SPEC.md §12: NConv biases, effective-weight sums per output channel, outc bias, BN batch count."""
   variables, info = convert.load_official(ckpt_path("kitti_ncnn_conf_l1"))
   nconv = variables["params"]["nconv"]
   table = {  # layer: (bias, sum of softplus_10(W_p) per output channel)
@@ -110,7 +110,7 @@ def test_sanity_values_of_kitti_l1(shared_dir):
     np.testing.assert_allclose(w.sum(axis=(0, 1, 2)), wsum, atol=1e-4)
   np.testing.assert_allclose(variables["params"]["conf_estimator"]["outc"]["bias"], [-4.62863], atol=1e-5)
   assert info["num_batches_tracked"]["conf_estimator.inc.conv.conv.1.num_batches_tracked"] == 214750
-  # The legacy pickle also stores the summed best_result (REFERENCE 9.1): 1,069,424 / 1000 = 1069.42 mm.
+  # The legacy pickle also stores the summed best_result (docs/SPEC.md §12): 1,069,424 / 1000 = 1069.42 mm.
   assert info["best_result"]["metrics"]["rmse"] / info["best_result"]["cnt"] == pytest.approx(1069.424, abs=1e-3)
 
 

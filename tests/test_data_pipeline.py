@@ -78,7 +78,7 @@ def test_synthetic_crop_matches_generator_window():
                                           ((370, 1226), "center", (9, 5)), ((375, 1242), "bottom", (23, 13)),
                                           ((376, 1241), "bottom", (24, 12))])
 def test_crop_offsets_reference_table(hw, mode, want):
-  # REFERENCE.md 7.3 table (round half to even) and SOURCES.md's val_selection-style crops.
+  # docs/SPEC.md §10.3 (round half to even) and SOURCES.md's val_selection-style crops.
   assert sparsify.crop_offsets(*hw, 352, 1216, mode) == want
 
 

@@ -180,7 +180,7 @@ def test_nyu_builds_and_reads_back_exact(tmp_path):
       assert ex["depth"].dtype == np.float32 and ex["depth"].shape == (480, 640, 1)
       np.testing.assert_array_equal(ex["depth"][..., 0], depth)
       np.testing.assert_array_equal(ex["rgb"], rgb)
-  # Pipeline: full 480x640 frames (REFERENCE 7.4), sparse ~ 1000 samples of the target, seeded.
+  # Pipeline: full 480x640 frames (docs/SPEC.md §10.4), sparse ~ 1000 samples of the target, seeded.
   cfg = dict(dataset="nyu_depth", split="val", crop="none", batch_size=1, data_dir=str(tmp_path / "data"),
              num_threads=1, seed=3)
   b = next(make_iterator(cfg))

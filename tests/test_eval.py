@@ -40,7 +40,7 @@ def test_official_ncnn_conf_l1_reproduces_the_real_frame_goldens(official_l1):
   eval_fn = evaluate.make_eval_fn(model, "kitti")
   for batch, cam in zip(batches, ("image_02", "image_03")):
     g = load_npz(REAL / f"torch_kitti_{cam}__kitti_ncnn_conf_l1.npz")
-    # The bottom crop, centred horizontally, is exactly the reference's input and target (REFERENCE real 1).
+    # The bottom crop, centred horizontally, is exactly the reference's input and target (golden/real).
     np.testing.assert_array_equal(batch["sparse"], nchw_to_nhwc(g["input"]))
     np.testing.assert_array_equal(batch["target"], nchw_to_nhwc(g["target"]))
     res = evaluate.run_evaluation(model, variables, [batch], loss_name="masked_l1", metric_set="kitti",
@@ -66,7 +66,7 @@ def test_eval_cli_reports_on_pairs_dir(official_l1, tmp_path):
   res, paths = evaluate.evaluate_checkpoint(cfg, None, str(CKPT_L1), pairs_dir=str(KITTI_MINI),
                                             output_dir=str(tmp_path), progress=False)
   g = [load_npz(REAL / f"torch_kitti_{c}__kitti_ncnn_conf_l1.npz") for c in ("image_02", "image_03")]
-  # Split means are means of per-image values (REFERENCE 6.1).
+  # Split means are means of per-image values (docs/SPEC.md §7.3).
   np.testing.assert_allclose(res.metrics["rmse"], np.mean([float(x["metric/rmse"]) for x in g]), rtol=1e-5)
   # AUSE pools the pixels of both images.
   err = np.concatenate([x["all_err"] for x in g])

@@ -19,7 +19,7 @@ def _rand(key, shape, lo=0.0, hi=1.0):
 
 
 def test_softplus_matches_cached_effective_weights(shared_dir):
-  """softplus_10(weight_p) equals the effective weight torch cached in the checkpoint (REFERENCE 9.3)."""
+  """softplus_10(weight_p) equals the effective weight torch cached in the checkpoint (docs/SPEC.md §12)."""
   for name in ("kitti_ncnn_conf_l1", "nyu_ncnn_conf_l1", "kitti_pncnn_rand0"):
     sd = load_npz(WEIGHTS / f"{name}.npz")
     eff = load_npz(WEIGHTS / f"{name}__nconv_effective_weights.npz")
@@ -93,7 +93,7 @@ def test_nconv_is_a_normalised_average():
 
 
 def test_nconv_is_invariant_to_kernel_scale():
-  """x_out and c_out do not change when W is scaled per output channel (REFERENCE A.6 item 2)."""
+  """x_out and c_out do not change when W is scaled per output channel (docs/SPEC.md §2.1)."""
   x, c = _rand(0, (1, 9, 11, 2), 0, 10), _rand(1, (1, 9, 11, 2))
   w, b = _rand(2, (3, 3, 2, 2)), jnp.zeros(2)
   for a, b_ in zip(layers.nconv(x, c, w, b), layers.nconv(x, c, w * jnp.array([3.0, 0.01]).reshape(1, 1, 1, 2), b)):
@@ -150,7 +150,7 @@ def test_max_pool_propagates_nan():
 
 
 def test_confidence_downsample_matches_the_window_rule_on_random_ties():
-  """x and c taken at the first maximum of c in every window; gradients only there (REFERENCE 2.3)."""
+  """x and c taken at the first maximum of c in every window; gradients only there (docs/SPEC.md §3.1)."""
   c = np.round(np.asarray(_rand(2, (2, 9, 7, 2), 0, 3))).astype(np.float32)
   x = np.asarray(_rand(3, c.shape, -5, 5))
   (x_ds, c_ds), vjp = jax.vjp(layers.confidence_downsample, jnp.asarray(x), jnp.asarray(c))

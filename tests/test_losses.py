@@ -1,4 +1,4 @@
-"""Losses: parity with the official loss classes (golden files) and derivations (REFERENCE.md 5)."""
+"""Losses: parity with the official loss classes (golden files) and derivations (docs/SPEC.md §6)."""
 
 import functools
 import math
@@ -94,7 +94,7 @@ def test_l1_l2_normalisation_by_hand():
 
 
 def test_gaussian_nll_is_twice_the_nll_minus_log_2pi():
-  """c e^2 - log c = 2 NLL(e; sigma^2 = 1/c) - log 2 pi, averaged over V (REFERENCE.md 5)."""
+  """c e^2 - log c = 2 NLL(e; sigma^2 = 1/c) - log 2 pi, averaged over V (docs/SPEC.md §6)."""
   rng = np.random.default_rng(0)
   mu = rng.uniform(1, 50, (2, 3, 5, 1)).astype(np.float32)
   t = (mu + rng.normal(0, 2, mu.shape)).astype(np.float32) * (rng.random(mu.shape) > 0.4)
@@ -136,7 +136,7 @@ def test_per_pixel_minimiser_over_c(name, optimum):
 
 
 def test_gaussian_nll_exp_per_pixel_optimum():
-  """The pNCNN-Exp optimum satisfies c exp(c) = 1/e^2 (REFERENCE.md 5): zero gradient there."""
+  """The pNCNN-Exp optimum satisfies c exp(c) = 1/e^2 (docs/SPEC.md §6): zero gradient there."""
   c_star = 0.8
   e = 1 / math.sqrt(c_star * math.exp(c_star))
   mu, t = jnp.full((1, 1, 1, 1), 5.0), jnp.full((1, 1, 1, 1), 5.0 + e)

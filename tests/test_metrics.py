@@ -1,5 +1,5 @@
 """Metrics: parity with the official KITTI/NYU metrics and eval_ause (golden files), and
-derivations for the Gustafsson AUSE, AUCE and NLL (REFERENCE.md 6)."""
+derivations for the Gustafsson AUSE, AUCE and NLL (docs/SPEC.md §7, §8)."""
 
 import functools
 import json
@@ -224,7 +224,7 @@ def test_ause_perfect_uncertainty_is_zero():
 
 
 def test_definitions_coincide_when_model_curve_never_rises():
-  """REFERENCE 6.4: max-normalisation = first-value normalisation when the max is at r = 0."""
+  """docs/SPEC.md §8.3: max-normalisation = first-value normalisation when the max is at r = 0."""
   g = golden(f"metrics/{CASE_A}.npz")
   assert np.argmax(g["rmse_by_var"]) == 0  # precondition of the derivation
   gus = M.ause_gustafsson(g["all_err"], M.sigma_from_precision(g["all_var"]))

@@ -74,7 +74,7 @@ DS_CALLS = ("03_nconv2", "04_nconv3", "05_nconv2", "06_nconv2", "07_nconv4", "08
 
 def _assert_data_allow_tie_flips(name, got, ref, got_c, ref_c):
   """Data picked by the 2x2 confidence argmax: where two confidences in a window are equal to float32 rounding,
-  the reference and we may pick different elements (REFERENCE 12, last item), and later layers spread that.
+  the reference and we may pick different elements (docs/SPEC.md §3.1), and later layers spread that.
   Such pixels must be rare (<= 1%) and carry the same confidence; all others match to PRED_ATOL. The final
   outputs are held to the strict tolerances in test_outputs_match_official."""
   err = np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64))

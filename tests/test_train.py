@@ -43,7 +43,7 @@ def test_two_device_step_equals_one_device_step():
 
   Gradients, loss and BatchNorm statistics of one step agree to float32 reduction-order noise. Parameters after
   3 Adam steps agree to 1e-5 except where a gradient component is at the noise level: Adam's g/sqrt(v) turns
-  that noise into steps of up to lr (REFERENCE.md, train-step section 6); those elements are bounded by 2 lr per
+  that noise into steps of up to lr (docs/SPEC.md §11.3); those elements are bounded by 2 lr per
   step and must be few. A per-device loss or per-device BatchNorm statistics would change every gradient.
   """
   assert jax.device_count() == 2, "conftest forces 2 host devices"
@@ -85,7 +85,7 @@ def test_two_device_step_equals_one_device_step():
     name = jax.tree_util.keystr(path)
     tol = 1e-3 * np.max(np.abs(g1)) + 1e-7
     np.testing.assert_allclose(g2, g1, rtol=0, atol=tol, err_msg=name)
-    # One Adam step (REFERENCE.md train-step recipe): |p1 - p0| <= lr everywhere; equal where |g| is not noise.
+    # One Adam step (docs/SPEC.md §11.3): |p1 - p0| <= lr everywhere; equal where |g| is not noise.
     assert np.max(np.abs(b - p0)) <= lr + 2e-6 * max(1.0, float(np.max(np.abs(p0)))), name
     strong = np.abs(g1) > 2 * tol
     np.testing.assert_allclose(b[strong], a[strong], rtol=0, atol=1e-5 * max(1.0, float(np.max(np.abs(p0)))),

@@ -40,7 +40,7 @@ def smallest_frame(dataset: str, split: str) -> tuple[int, int] | None:
   """(rows, columns) of the smallest frame of a dataset's split, or None if unknown: a crop must fit in it.
 
   synthetic: the scene generator's frame (352 x 1216); kitti_depth: the cropped selection/test sets are 352 x 1216,
-  the raw train/val frames 370-376 x 1224-1242 (REFERENCE.md 7.3), so 370 x 1224; nyu_depth: 480 x 640.
+  the raw train/val frames 370-376 x 1224-1242 (docs/SPEC.md §10.3), so 370 x 1224; nyu_depth: 480 x 640.
   """
   from pncnn_jax.data import synthetic  # pylint: disable=g-import-not-at-top
   if dataset == "synthetic":

@@ -1,6 +1,6 @@
 """File IO for depth maps: KITTI 16-bit PNGs (metres * 256) and NYU 16-bit PNGs (millimetres).
 
-KITTI depth-completion PNGs (REFERENCE.md section 7.2) are single-channel 16-bit images whose raw
+KITTI depth-completion PNGs (docs/SPEC.md §10.2) are single-channel 16-bit images whose raw
 value v encodes depth d = v / 256 metres; v = 0 means "no measurement". NYU-Depth-v2 PNGs (the
 sync_depth_*.png of the official toolbox exports) encode d = v / 1000 metres (millimetres).
 
@@ -20,7 +20,7 @@ from PIL import Image
 
 PathLike = Union[str, os.PathLike]
 
-KITTI_DEPTH_SCALE = 256.0  # raw uint16 per metre (REFERENCE.md 7.2, norm_factor)
+KITTI_DEPTH_SCALE = 256.0  # raw uint16 per metre (docs/SPEC.md §10.2)
 NYU_DEPTH_SCALE = 1000.0  # raw uint16 per metre (millimetres)
 KITTI_METRES_PER_UNIT = 1 / KITTI_DEPTH_SCALE  # metres per stored unit: what `--depth_scale` of predict means
 MM_METRES_PER_UNIT = 1 / NYU_DEPTH_SCALE
@@ -119,7 +119,7 @@ def read_kitti_depth(path: PathLike, expected_shape=None) -> np.ndarray:
   """Reads a KITTI depth PNG (velodyne_raw or groundtruth) as metres.
 
   Args:
-    path: 16-bit PNG, metres = value / 256 (REFERENCE.md 7.2).
+    path: 16-bit PNG, metres = value / 256 (docs/SPEC.md §10.2).
     expected_shape: optional (H, W) the file must have (the size of its pair).
 
   Returns:

@@ -28,7 +28,7 @@ Download from https://www.cvlibs.net/datasets/kitti/eval_depth.php?benchmark=dep
   data_depth_annotated.zip   (train/ and val/ ground truth, proj_depth/groundtruth)
   data_depth_velodyne.zip    (train/ and val/ LiDAR input, proj_depth/velodyne_raw)
   data_depth_selection.zip   (depth_selection/val_selection_cropped, test_depth_completion_anonymous)
-and unzip all three into one folder (the manual_dir), giving (REFERENCE.md section 7.1):
+and unzip all three into one folder (the manual_dir), giving (docs/SPEC.md §10.1):
   <manual_dir>/train/<YYYY_MM_DD>_drive_<NNNN>_sync/proj_depth/velodyne_raw/image_0{2,3}/<frame>.png
   <manual_dir>/train/<YYYY_MM_DD>_drive_<NNNN>_sync/proj_depth/groundtruth/image_0{2,3}/<frame>.png
   <manual_dir>/val/...   (same structure)

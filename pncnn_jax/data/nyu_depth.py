@@ -1,6 +1,6 @@
 """`nyu_depth`: NYU-Depth-v2 in the sparse-to-dense h5 layout as a TFDS dataset (ArrayRecord, no TF).
 
-Layout of the manual_dir (REFERENCE.md section 7.4; Ma & Karaman's nyudepthv2.tar.gz):
+Layout of the manual_dir (docs/SPEC.md §10.4; Ma & Karaman's nyudepthv2.tar.gz):
   <manual_dir>/{train,val}/<scene folder>/<NNNNN>.h5, each with
     rgb   uint8 (3, 480, 640)
     depth float (480, 640), metres

@@ -55,7 +55,7 @@ class DataConfig:
   synthetic_seed: int = 0  # scene seed (scenes of a split do not depend on `seed`)
   synthetic_cache_dir: Optional[str] = None  # pre-rendered scenes (data/synthetic_cache.py), used if present
   # nyu only
-  nyu_num_samples: int = 1000  # expected sparse samples per image (REFERENCE 7.4)
+  nyu_num_samples: int = 1000  # expected sparse samples per image (docs/SPEC.md §10.4)
 
   @classmethod
   def from_mapping(cls, cfg: Mapping[str, Any]) -> "DataConfig":

@@ -1,4 +1,4 @@
-"""Sparse input samplers (REFERENCE.md section 7.4) and crops (section 7.3); pure numpy."""
+"""Sparse input samplers (docs/SPEC.md §10.4) and crops (§10.3); pure numpy."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 
 def uniform_sparsify(depth: np.ndarray, num_samples: int, rng: np.random.Generator) -> np.ndarray:
-  """The 'uar' UniformSampling of sparse-to-dense / pNCNN on NYU (REFERENCE.md 7.4).
+  """The 'uar' UniformSampling of sparse-to-dense / pNCNN on NYU (docs/SPEC.md §10.4).
 
   Keeps each pixel independently iff depth > 0 and U(0, 1) < num_samples / n_valid, so the number
   kept is Binomial(n_valid, num_samples / n_valid) with mean num_samples (not exactly N). The
@@ -36,7 +36,7 @@ def crop_offsets(height: int, width: int, crop_h: int, crop_w: int, mode: str,
                  rng: np.random.Generator | None = None) -> tuple[int, int]:
   """(top, left) of a crop_h x crop_w window in a height x width image.
 
-  Modes (REFERENCE.md 7.3):
+  Modes (docs/SPEC.md §10.3):
     'center': torchvision CenterCrop of the reference: top = round((H - h) / 2),
       left = round((W - w) / 2) with Python's round-half-to-even (375x1242 -> 12, 13).
     'bottom': KITTI val_selection_cropped: the bottom h rows, centre columns as above.

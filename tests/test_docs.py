@@ -1,0 +1,51 @@
+"""The documentation stays inside the repository: nothing cites the reference notes kept beside it, and every
+pointer into docs/SPEC.md names a section that exists."""
+
+import pathlib
+import re
+import subprocess
+
+from conftest import REPO
+
+SPEC = REPO / "docs" / "SPEC.md"
+OUTSIDE = re.compile(r"REFERENCE\.md|REFERENCE\s+(?:sections?\s+)?\d|REFERENCE\s+(?:real|A\.)")  # "REFERENCE 9.2"
+POINTER = re.compile(r"§(\d+(?:\.\d+)?)")
+
+
+def _tracked_text_files() -> list[pathlib.Path]:
+  try:
+    names = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.split()
+    files = [REPO / n for n in names]
+  except (OSError, subprocess.CalledProcessError):  # not a git checkout (e.g. an sdist)
+    files = [p for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts]
+  out = []
+  for p in files:
+    if p.is_file() and p.suffix in (".py", ".md", ".ipynb", ".toml", ".txt", ".cfg", ".json", "") and \
+        p.stat().st_size < 2_000_000:
+      out.append(p)
+  return out
+
+
+def test_nothing_cites_the_reference_notes_outside_the_repository():
+  """Docs, docstrings, error messages, configs, tests and the notebook point to docs/SPEC.md instead."""
+  this = pathlib.Path(__file__).resolve()
+  offenders = []
+  for p in _tracked_text_files():
+    if p.resolve() == this:
+      continue
+    for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+      if OUTSIDE.search(line):
+        offenders.append(f"{p.relative_to(REPO)}:{i}: {line.strip()[:100]}")
+  assert not offenders, "cite docs/SPEC.md instead:\n" + "\n".join(offenders)
+
+
+def test_spec_pointers_name_existing_sections():
+  headings = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", SPEC.read_text(), re.M))
+  assert {"1", "2.1", "8.2", "8.3", "13"} <= headings
+  missing = []
+  for p in _tracked_text_files():
+    for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+      if "SPEC.md" in line or p == SPEC:
+        missing += [f"{p.relative_to(REPO)}:{i}: §{n}" for n in POINTER.findall(line) if n not in headings]
+  assert not missing, "no such section in docs/SPEC.md:\n" + "\n".join(missing)
