@@ -199,9 +199,10 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
                       max_batches: int = -1) -> dict[str, dict[str, float]]:
   """Evaluates every member and every fusion rule on `batches` (paper Table 3).
 
-  Error metrics are split means of per-image values (docs/SPEC.md §7.3); AUSE (both definitions, docs/SPEC.md §8.2/§8.3),
-  AUCE and NLL pool all valid pixels of the split. Members are ranked by their own precision; fused rows by the
-  fused precision 1 / `fused_variance` (uniform mixture for 'mean', confidence-weighted for the other rules).
+  Error metrics are split means of per-image values (docs/SPEC.md §7.3); AUSE (both definitions, docs/SPEC.md
+  §8.2, §8.3), AUCE and NLL pool all valid pixels of the split. Members are ranked by their own precision; fused
+  rows by the fused precision 1 / `fused_variance` (uniform mixture for 'mean', confidence-weighted for the other
+  rules).
   AUCE and NLL are None for models trained without a probabilistic loss.
 
   Args:

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from pncnn_jax import cpu_kernels, layers
+from pncnn_jax import cpu_kernels, layers, prng
 from pncnn_jax.conv import check_rank4
 
 Array = jax.Array
@@ -330,11 +330,13 @@ def init_variables(model: nn.Module, rng: Array, shape: tuple[int, int] = (16, 1
   """Initial variables ({'params', 'batch_stats'?}) of `model`, traced on a (1, H, W, 1) dummy input.
 
   The variables do not depend on the input size, so a small one is used. The initialisation is jitted and
-  draws its random numbers with the non-partitionable threefry: on CPU, XLA compiles the partitionable
-  variant about 5x slower (about 1 s per parameter tensor), which made initialising pNCNN take ~20 s.
+  draws its random numbers from `rng`'s data with `prng.INIT_PRNG`, threefry with the original
+  (non-partitionable) counter layout, whatever `jax_threefry_partitionable` says (docs/SPEC.md §11.4): a seed
+  gives the weights it always gave. It also compiles fast: on CPU, XLA compiles the partitionable variant about
+  5x slower (about 1 s per parameter tensor), which made initialising pNCNN take ~20 s.
   """
-  with jax.threefry_partitionable(False):
-    return jax.jit(lambda key: model.init(key, jnp.zeros((1, *shape, 1), jnp.float32), train=False))(rng)
+  return jax.jit(lambda key: model.init(prng.init_key(key), jnp.zeros((1, *shape, 1), jnp.float32),
+                                        train=False))(rng)
 
 
 def count_params(params: Any) -> int:

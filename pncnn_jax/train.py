@@ -47,7 +47,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import checkpointing, data, ensemble, evaluate, models, run_files, sharding
+from pncnn_jax import checkpointing, data, ensemble, evaluate, models, prng, run_files, sharding
 from pncnn_jax import config as config_lib
 from pncnn_jax import train_step as ts
 
@@ -78,14 +78,13 @@ def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
 @functools.lru_cache(maxsize=16)
 def _jitted_init(model: models.PNCNN):
   """`models.init_variables(model, key)` jitted once per model (it re-traces on every call)."""
-  return jax.jit(lambda key: model.init(key, jnp.zeros((1, 16, 16, 1), jnp.float32), train=False))
+  return jax.jit(lambda key: model.init(prng.init_key(key), jnp.zeros((1, 16, 16, 1), jnp.float32), train=False))
 
 
 def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.TrainState:
   """The initial TrainState of a single model (params from `config.seed`, Adam with the StepLR schedule)."""
   model = config_lib.build_model(config)
-  with jax.threefry_partitionable(False):  # as models.init_variables, which gives the same variables
-    variables = _jitted_init(model)(jax.random.key(config.seed))
+  variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
   state = ts.create_train_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
   return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
 

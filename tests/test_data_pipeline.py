@@ -87,7 +87,7 @@ def test_bad_config_messages():
     make_iterator(dict(SMALL, batchsize=3))
   with pytest.raises(ValueError, match="split of synthetic"):
     make_iterator(dict(SMALL, split="selval"))
-  with pytest.raises(FileNotFoundError, match="kitti_depth needs data_dir .* python -m pncnn_jax.data.build kitti_depth"):
+  with pytest.raises(FileNotFoundError, match="kitti_depth needs data_dir .* pncnn_jax.data.build kitti_depth"):
     make_iterator(dict(SMALL, dataset="kitti_depth"))
   with pytest.raises(ValueError, match="larger than the image"):
     sparsify.crop_offsets(100, 100, 352, 1216, "center")
