@@ -26,7 +26,7 @@ def _plt():
 def _save(fig, path: str | pathlib.Path | IO[bytes], dpi: int = 110) -> None:
   if isinstance(path, (str, pathlib.Path)):
     pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=dpi, format="png")
+  fig.savefig(path, dpi=dpi, format="png", bbox_inches="tight", pad_inches=0.1)  # nothing clipped
   _plt().close(fig)
 
 
@@ -126,13 +126,13 @@ def save_depth_preview(depth_m: np.ndarray, path, *, sparse_m: np.ndarray | None
   rows.append(dict(values=depth_m, cmap="turbo", label="depth [m]", vmin=0.0, vmax=dmax, title="predicted depth"))
   if sigma_m is not None or confidence is not None:
     rows.append(uncertainty_view(sigma_m, confidence))
-  width = 9.0
-  fig, axes = plt.subplots(len(rows), 1, figsize=(width, len(rows) * (0.9 * width * h / w + 0.45) + 0.4),
-                           squeeze=False)
+  width = min(9.0, 4.0 * w / h)  # wide frames 9 in wide, square ones 4 in tall per row
+  height = len(rows) * (0.9 * width * h / w + 0.45) + 0.4
+  fig, axes = plt.subplots(len(rows), 1, figsize=(width + 0.9, height), squeeze=False)
   for ax, row in zip(axes[:, 0], rows):
     show_image(ax, **row)
   fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))  # room for the title
   _save(fig, path)
 
 
@@ -149,9 +149,10 @@ def panels_figure(panels: Sequence[Mapping[str, np.ndarray]], path, uncertainty_
   the ground-truth pixels; each with a colour bar in its unit; `model_name` in the title."""
   plt = _plt()
   h, w = panels[0]["depth"].shape
-  width = min(7.0, 14.0 / len(panels))
+  width = min(7.0, 14.0 / len(panels), 3.2 * w / h)  # square frames at most 3.2 in tall per row
+  height = len(PANEL_ROWS) * (0.85 * width * h / w + 0.35) + 0.6
   fig, axes = plt.subplots(len(PANEL_ROWS), len(panels), squeeze=False,
-                           figsize=(width * len(panels) + 0.6, len(PANEL_ROWS) * (0.85 * width * h / w + 0.35) + 0.6))
+                           figsize=(len(panels) * (width + 0.9) + 0.6, height))
   has_sigma = "sigma" in uncertainty_label
   for c, p in enumerate(panels):
     t = np.asarray(p["target"], np.float64)
@@ -177,7 +178,7 @@ def panels_figure(panels: Sequence[Mapping[str, np.ndarray]], path, uncertainty_
       show_image(axes[r, c], title=name if r == 0 else None, row_label=label if c == 0 else None, **views[key])
   fig.suptitle(f"{model_name}: input, prediction and uncertainty" if model_name else
                "input, prediction and uncertainty", fontsize=10)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / height))
   _save(fig, path)
 
 
