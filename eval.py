@@ -38,9 +38,12 @@ def main(argv):
     jax.distributed.initialize()
   from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
   from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
   try:
     config_lib.check_config(_CONFIG.value, training=False)
-  except config_lib.ConfigError as e:
+    if not _PAIRS_DIR.value:
+      config_lib.check_data(_CONFIG.value, training=False)  # the evaluation split is built
+  except (config_lib.ConfigError, DatasetNotFoundError) as e:  # one line, exit 2, nothing created
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   if not _WORKDIR.value and not _OUTPUT.value:
@@ -53,12 +56,9 @@ def main(argv):
       _fail(e, 2)
     print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
     return
-  from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
                                  output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value)
-  except DatasetNotFoundError as e:  # the split is not built: one line, as for config errors
-    _fail(e, 2)
   except FloatingPointError as e:  # a diverged checkpoint
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError, a checkpoint
