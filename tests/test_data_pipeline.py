@@ -12,6 +12,13 @@ SMALL = dict(dataset="synthetic", split="train", crop="random", crop_height=32, 
              batch_size=2, seed=0, synthetic_size=8, num_threads=1)
 
 
+def _batches(it, n):
+  for i, b in enumerate(it):
+    if i >= n:
+      break
+    yield b
+
+
 def _names(it, n=None):
   out = []
   for i, b in enumerate(it):
@@ -43,11 +50,25 @@ def test_order_is_deterministic_and_reshuffled_each_epoch():
   assert _names(make_iterator(ev)) == [[0, 1], [2, 3], [4]]
 
 
-def test_sharding_partitions_the_data():
-  shards = [sum(_names(make_iterator(dict(SMALL, shard_index=i, shard_count=2))), []) for i in range(2)]
-  assert sorted(shards[0] + shards[1]) == list(range(8))
-  assert set(shards[0]).isdisjoint(shards[1])
-  assert all(n % 2 == 0 for n in shards[0])
+@pytest.mark.parametrize("split,num_epochs", [("train", 2), ("train", None), ("val", 1)])
+def test_shards_are_row_blocks_of_the_single_host_batches(split, num_epochs):
+  """With S hosts of batch p, global batch k is host 0's batch k, then host 1's, ...: row for row (random crops
+  included) the single-host batch k of size S p. The global batches, hence the training, do not depend on the
+  number of hosts; each host renders only its own rows."""
+  cfg = dict(SMALL, split=split, num_epochs=num_epochs, synthetic_size=9, batch_size=4)
+  n = None if num_epochs is None else 10
+  single = list(_batches(make_iterator(cfg), n or 6))
+  shards = [list(_batches(make_iterator(dict(cfg, batch_size=2, shard_index=i, shard_count=2)), n or 6))
+            for i in range(2)]
+  if split == "train":  # fixed shapes: only full global batches (epochs run on: 2 x 9 // 4 = 4), on every host
+    assert len(single) == len(shards[0]) == len(shards[1]) == (6 if n is None else 9 * num_epochs // 4)
+  else:  # in order, the last global batch partial: 9 = 4 + 4 + 1 (host 1 has no row of it)
+    assert [len(b["name"]) for b in single] == [4, 4, 1]
+    assert [len(b["name"]) for b in shards[0]] == [2, 2, 1] and [len(b["name"]) for b in shards[1]] == [2, 2]
+  for k, want in enumerate(single):
+    parts = [s[k] for s in shards if k < len(s)]
+    for key in ("name", "sparse", "target"):
+      np.testing.assert_array_equal(np.concatenate([b[key] for b in parts]), want[key])
 
 
 def test_resume_continues_at_the_same_sample():

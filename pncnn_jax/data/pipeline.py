@@ -3,9 +3,18 @@
 Order of operations (all index-based, so the whole pipeline is a deterministic function of the
 config and the position in the stream):
 
-  source -> shard (every shard_count-th example, from shard_index) -> shuffle (seed; a new
-  permutation each epoch) -> repeat (num_epochs or forever) -> per-example map (decode, crop,
-  NYU sparsifier; its rng derives from seed and the stream position) -> batch -> iterator.
+  source -> shuffle (seed; a new permutation each epoch) -> repeat (num_epochs or forever) ->
+  per-example map (decode, crop, NYU sparsifier; its rng derives from seed and the stream position)
+  -> batch (batch_size, per host) -> shard (every shard_count-th batch, from shard_index) -> iterator.
+
+Sharding last makes the global batches independent of the number of hosts: with S hosts of batch p,
+global batch k is host 0's batch k, then host 1's, ..., row for row the single-host batch k of size
+S p (random crops included). Every host computes the same (index-only) permutation, and reads and
+decodes only its own rows (grain datasets are lazy). With drop_remainder each host keeps the same
+number of batches, those of full global batches; otherwise the last global batch may be partial and
+the hosts past its end have no batch (pncnn_jax.sharding.shard_eval_batch pads for them). Each
+host's iterator state is the same `{'next_index': k}` (k global batches read), so the state saved by
+host 0 resumes every host, with any number of hosts.
 
 The iterator is a `grain.DatasetIterator`: `it.get_state()` returns a small JSON-able dict and
 `it.set_state(state)` on a fresh iterator of the same config continues at the same sample.
@@ -45,8 +54,8 @@ class DataConfig:
   shuffle: Optional[bool] = None  # default: True for 'train', False otherwise
   num_epochs: Optional[int] = 1  # None = repeat forever
   drop_remainder: Optional[bool] = None  # default: True for 'train' (fixed batch shape)
-  shard_index: int = 0  # this host's shard (jax.process_index())
-  shard_count: int = 1  # number of shards (jax.process_count())
+  shard_index: int = 0  # this host's rows of each global batch (jax.process_index())
+  shard_count: int = 1  # number of hosts sharing each global batch (jax.process_count())
   data_dir: Optional[str] = None  # TFDS data_dir holding the prepared kitti_depth / nyu_depth
   num_threads: int = 2  # grain reader threads
   prefetch: int = 4  # grain prefetch buffer (elements)
@@ -174,15 +183,21 @@ def make_dataset(config) -> grain.MapDataset:
   shuffle = train if cfg.shuffle is None else cfg.shuffle
   drop = train if cfg.drop_remainder is None else cfg.drop_remainder
   ds = _source(cfg)
-  if cfg.shard_count > 1:
-    ds = ds[cfg.shard_index::cfg.shard_count]
   if len(ds) == 0:
-    raise ValueError(f"{cfg.dataset}/{cfg.split}: shard {cfg.shard_index} of {cfg.shard_count} is empty")
+    raise ValueError(f"{cfg.dataset}/{cfg.split} is empty")
   if shuffle:
     ds = ds.shuffle(seed=cfg.seed)
   ds = ds.repeat(cfg.num_epochs)
   ds = ds.random_map(_Synthetic(cfg) if cfg.dataset == "synthetic" else _Real(cfg), seed=cfg.seed)
-  return ds.batch(cfg.batch_size, drop_remainder=drop)
+  ds = ds.batch(cfg.batch_size, drop_remainder=drop)
+  if cfg.shard_count > 1:
+    if drop and cfg.num_epochs is not None:  # only full global batches: the same number on every host
+      ds = ds[:len(ds) // cfg.shard_count * cfg.shard_count]
+    ds = ds[cfg.shard_index::cfg.shard_count]
+    if len(ds) == 0:
+      raise ValueError(f"{cfg.dataset}/{cfg.split}: host {cfg.shard_index} of {cfg.shard_count} gets no batch of "
+                       f"{cfg.batch_size} examples")
+  return ds
 
 
 def make_iterator(config) -> grain.DatasetIterator:
