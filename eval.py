@@ -14,7 +14,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from pncnn_jax import cli
+from pncnn_jax import cli, distributed
 
 __doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
 
@@ -25,7 +25,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "report directory (default: <workd
 _PAIRS_DIR = flags.DEFINE_string("pairs_dir", None, "evaluate the KITTI PNG pairs under this directory instead")
 _ALLOW_MISMATCH = flags.DEFINE_bool("allow_mismatch", False, "evaluate a checkpoint trained on another dataset, "
                                     "variant, loss or input scaling than --config says (refused otherwise)")
-_MULTIHOST = flags.DEFINE_bool("multihost", False, "call jax.distributed.initialize() (multi-host runs)")
+distributed.define_flags()  # --multihost, --coordinator_address, --num_processes, --process_id (as train.py)
 flags.mark_flags_as_required(["config"])
 
 
@@ -33,9 +33,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every file it writes at INFO
-  import jax  # pylint: disable=g-import-not-at-top
-  if _MULTIHOST.value:
-    jax.distributed.initialize()
+  try:
+    distributed.initialize_from_flags()
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
   from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top

@@ -1,8 +1,10 @@
 r"""Trains a pNCNN-family model: `python train.py --config configs/kitti.py:pncnn --workdir DIR`.
 
 Rerunning the same command resumes from the latest checkpoint in DIR. Config fields can be overridden on the
-command line (`--config.batch_size=8`); a misspelled field is an error (the config is locked). Multi-host: set
-`--multihost` on every host (it calls `jax.distributed.initialize()` before anything else touches jax).
+command line (`--config.batch_size=8`); a misspelled field is an error (the config is locked). Multi-process (one
+process per host or per GPU, README "Multi-process training"): run the same command in every process with
+`--coordinator_address=HOST:PORT --num_processes=N --process_id=I`, or `--multihost` alone in a SLURM job or on a
+TPU pod slice (pncnn_jax/distributed.py); `jax.distributed.initialize` runs before anything touches a device.
 """
 
 import sys
@@ -11,13 +13,13 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from pncnn_jax import cli
+from pncnn_jax import cli, distributed
 
 __doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory (checkpoints, metrics.jsonl, config.json)")
-_MULTIHOST = flags.DEFINE_bool("multihost", False, "call jax.distributed.initialize() (multi-host runs)")
+distributed.define_flags()
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -25,9 +27,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every file it writes at INFO
+  try:
+    distributed.initialize_from_flags()
+  except ValueError as e:  # an incomplete set of flags, or --multihost outside a cluster
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   import jax  # pylint: disable=g-import-not-at-top
-  if _MULTIHOST.value:
-    jax.distributed.initialize()
   from pncnn_jax import evaluate, train  # pylint: disable=g-import-not-at-top
   from pncnn_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top

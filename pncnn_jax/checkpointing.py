@@ -62,6 +62,13 @@ def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
   return registry
 
 
+def _standard_restore(target: PyTree | None) -> ocp.args.StandardRestore:
+  """Restores `target`; leaves without a usable sharding (None, or the saved one when it names devices this
+  process does not have, e.g. a checkpoint of a multi-process run read by one process) go to the first local
+  device."""
+  return ocp.args.StandardRestore(target, fallback_sharding=jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
+
+
 class Checkpointer:
   """Saves and restores a training run's state under `<workdir>/checkpoints`.
 
@@ -173,7 +180,7 @@ class Checkpointer:
     if target is not None:
       self._check_structure(s, target)
     restored = self._manager.restore(
-        s, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target), META_ITEM: ocp.args.JsonRestore()}))
+        s, args=ocp.args.Composite(**{STATE_ITEM: _standard_restore(target), META_ITEM: ocp.args.JsonRestore()}))
     return restored[STATE_ITEM], dict(restored[META_ITEM] or {})
 
   def restore_metadata(self, step: int | str = "latest") -> dict[str, Any]:
@@ -263,12 +270,12 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
   if (path / VARIABLES_ITEM).is_dir():
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
       restored = ckptr.restore(path, args=ocp.args.Composite(
-          **{VARIABLES_ITEM: ocp.args.StandardRestore(target), META_ITEM: ocp.args.JsonRestore()}))
+          **{VARIABLES_ITEM: _standard_restore(target), META_ITEM: ocp.args.JsonRestore()}))
     return dict(restored[VARIABLES_ITEM]), dict(restored[META_ITEM] or {})
   if (path / STATE_ITEM).is_dir():  # one step of a training run
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
       restored = ckptr.restore(path, args=ocp.args.Composite(
-          **{STATE_ITEM: ocp.args.StandardRestore(), META_ITEM: ocp.args.JsonRestore()}))
+          **{STATE_ITEM: _standard_restore(None), META_ITEM: ocp.args.JsonRestore()}))
     return _variables_from_state(restored[STATE_ITEM], str(path)), dict(restored[META_ITEM] or {})
   workdir = path.parent if path.name == CHECKPOINT_SUBDIR else path
   if not (workdir / CHECKPOINT_SUBDIR).is_dir():

@@ -100,7 +100,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   """Evaluates `model` with `variables` on `batches` (dicts with NHWC `sparse`, `target`, optional `disturbed`).
 
   Each batch is zero-padded to a multiple of the device count (padded rows are dropped again) and sharded over
-  the mesh's 'data' axis; variables are replicated.
+  the mesh's 'data' axis; variables are replicated. With several hosts, each passes its own batches (its rows of
+  each global batch) and every host gets the metrics of all of them.
 
   Args:
     model, variables: the network and its {'params', 'batch_stats'?}.
@@ -127,18 +128,15 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   if progress:
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
     it = tqdm(it, unit="batch", desc="eval", dynamic_ncols=True)
-  for i, batch in enumerate(it):
+  for i, batch in enumerate(sharding.synced(it)):  # several hosts: until every host's batches ran out
     if 0 <= max_batches <= i:
       break
     sparse, target = batch_arrays(batch, i)
-    b = sparse.shape[0]
-    arrs, padded = sharding.shard_padded((sparse, target), mesh)
-    out, per_image = sharding.to_host(eval_fn(variables, *arrs))
-    if jax.process_count() > 1:  # every host's rows, each padded; padded rows have no valid target
-      sparse, target = (np.asarray(sharding.to_host(a)) for a in arrs)
-      keep = np.ones(sparse.shape[0], bool)
-    else:
-      keep = np.arange(padded) < b
+    disturbed = [np.asarray(batch["disturbed"], bool)] if "disturbed" in batch else []  # synthetic scenes
+    arrs, keep = sharding.shard_padded((sparse, target, *disturbed), mesh)
+    out, per_image = sharding.to_host(eval_fn(variables, *arrs[:2]))
+    if jax.process_count() > 1:  # every host's rows, each padded (keep says which hold data)
+      sparse, target, *disturbed = (np.asarray(sharding.to_host(a))[keep] for a in arrs)
     depth, conf = np.asarray(out.depth)[keep], np.asarray(out.confidence)[keep]
     if not np.isfinite(depth).all():  # a diverged model: say so, not what the AUSE makes of NaN
       raise FloatingPointError(f"evaluation batch {i}: {int((~np.isfinite(depth)).sum())} of {depth.size} predicted "
@@ -149,10 +147,10 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
       devkit_acc.update(M.kitti_devkit_metrics(depth, target, quantize=True))
     prec = losses.precision_of(conf, loss_name)
     unc_acc.update(depth, target, conf if prec is None else prec.astype(np.float32))
-    if "disturbed" in batch and jax.process_count() == 1:
+    if disturbed:
       pts = sparse > 0
       dist_scores.append(-c0[pts].astype(np.float64))
-      dist_labels.append(np.asarray(batch["disturbed"], bool)[pts])
+      dist_labels.append(disturbed[0][pts])
     for j in range(depth.shape[0]):
       if len(panels) >= num_panels:
         break

@@ -7,7 +7,7 @@ replicated `P()`. Under `jit` the losses and BatchNorm statistics are then means
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -62,12 +62,47 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
   return jax.device_put(tree, replicated(mesh))
 
 
-def shard_padded(arrays: Sequence[np.ndarray], mesh: Mesh) -> tuple[list[jax.Array], int]:
-  """Evaluation batches of any size: each (B, ...) array zero-padded to a multiple of this host's device count
-  and sharded over 'data'. Returns (global arrays, padded B of this host)."""
-  n_dev = mesh.devices.size // jax.process_count()
+def synced(batches: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Mapping[str, np.ndarray]]:
+  """This host's evaluation batches, for as long as any host has one: every host must take part in every sharded
+  call. A host whose batches ran out (the last global batch of an eval split can miss some hosts,
+  pncnn_jax.data.pipeline) gets empty batches (0 rows, the shapes of its last one). One host: `batches` as is."""
+  if jax.process_count() == 1:
+    yield from batches
+    return
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  it, last = iter(batches), None
+  while True:
+    batch = next(it, None)
+    if not multihost_utils.process_allgather(np.int32(batch is not None)).any():
+      return
+    if batch is None:
+      if last is None:
+        raise ValueError(f"evaluation: host {jax.process_index()} has no batch at all (fewer batches than hosts)")
+      batch = {k: np.asarray(v)[:0] for k, v in last.items()}
+    last = batch
+    yield batch
+
+
+def shard_padded(arrays: Sequence[np.ndarray], mesh: Mesh) -> tuple[list[jax.Array], np.ndarray]:
+  """Evaluation batches of any size, on any number of hosts: each host's (b, ...) arrays are zero-padded to the
+  same multiple of its device count (the largest b of all hosts, rounded up) and sharded over 'data'.
+
+  Returns:
+    (the global arrays, keep): keep is the (global rows,) bool mask of the rows that hold data, in the order of
+    the global arrays (`to_host`), the same on every host.
+  """
+  n_local = len(mesh.local_devices)
   b = arrays[0].shape[0]
-  padded = -(-b // n_dev) * n_dev
+  most = b
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    sizes = multihost_utils.process_allgather(np.asarray([b, *arrays[0].shape[1:]], np.int64))  # (hosts, rank)
+    most = int(sizes[:, 0].max())
+    shapes = {tuple(r[1:]) for r in sizes if r[0] > 0}
+    if len(shapes) > 1:
+      raise ValueError(f"evaluation: the hosts' batches have images of different sizes {sorted(shapes)}; a "
+                       "multi-process evaluation needs one size (set config.data.eval_crop)")
+  padded = max(1, -(-most // n_local)) * n_local
   sharding = batch_sharding(mesh)
 
   def pad(x):
@@ -75,7 +110,10 @@ def shard_padded(arrays: Sequence[np.ndarray], mesh: Mesh) -> tuple[list[jax.Arr
       return x
     return np.concatenate([x, np.zeros((padded - x.shape[0],) + x.shape[1:], x.dtype)], axis=0)
 
-  return [jax.make_array_from_process_local_data(sharding, pad(a)) for a in arrays], padded
+  keep = np.arange(padded) < b
+  if jax.process_count() > 1:
+    keep = np.asarray(to_host(jax.make_array_from_process_local_data(sharding, keep)))
+  return [jax.make_array_from_process_local_data(sharding, pad(a)) for a in arrays], keep
 
 
 def to_host(tree: Any) -> Any:

@@ -278,7 +278,7 @@ def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], conf
         + (f" (earlier steps: {earlier})" if earlier else " (no earlier step: use a new --workdir)")
         + " and lower config.learning_rate.")
   job.on_restore(meta, latest)
-  log.info("resumed from step %d in %s", latest, workdir)
+  log.warning("resumed from step %d in %s", latest, workdir)
   return job, state
 
 

@@ -15,7 +15,7 @@ PACKAGE = REPO / "pncnn_jax"
 # Each module may import only modules of its own layer or lower ones (and never upward). A new module goes into the
 # layer of what it is about; see README "Layout".
 LAYERS = [
-    ["hostmem", "cli", "viz", "run_files", "conv", "prng", "data.sparsify", "data.io", "pretrained"],
+    ["hostmem", "cli", "distributed", "viz", "run_files", "conv", "prng", "data.sparsify", "data.io", "pretrained"],
     ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth", "data.nyu_depth",
      "data.build"],
     ["layers", "metrics", "data.pipeline", "data"],
