@@ -12,7 +12,7 @@ global batch k is host 0's batch k, then host 1's, ..., row for row the single-h
 S p (random crops included). Every host computes the same (index-only) permutation, and reads and
 decodes only its own rows (grain datasets are lazy). With drop_remainder each host keeps the same
 number of batches, those of full global batches; otherwise the last global batch may be partial and
-the hosts past its end have no batch (pncnn_jax.sharding.shard_eval_batch pads for them). Each
+the hosts past its end have no batch (pncnn_jax.sharding.synced gives them empty ones). Each
 host's iterator state is the same `{'next_index': k}` (k global batches read), so the state saved by
 host 0 resumes every host, with any number of hosts.
 
