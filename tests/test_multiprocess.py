@@ -60,13 +60,24 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
+@pytest.fixture
+def launched():
+  """The processes a test starts; whatever happens, none outlives the test (killed, then reaped)."""
+  procs: list[subprocess.Popen] = []
+  yield procs
+  for p in procs:
+    if p.poll() is None:
+      p.kill()
+    p.wait()
+
+
 def _free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
 
 
-def _launch(workdir, log_dir, tag, stall_file=None) -> list[subprocess.Popen]:
+def _launch(launched, workdir, log_dir, tag, stall_file=None) -> list[subprocess.Popen]:
   """Starts the 2 processes of train.py on a fresh port; their stdout/stderr go to `log_dir/<tag>.<i>.{out,err}`."""
   port = _free_port()
   args = [f"--config={CONFIG}", f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in OVERRIDES.items()),
@@ -81,6 +92,7 @@ def _launch(workdir, log_dir, tag, stall_file=None) -> list[subprocess.Popen]:
     out, err = (open(log_dir / f"{tag}.{i}.{s}", "w") for s in ("out", "err"))  # pylint: disable=consider-using-with
     procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, *args, f"--process_id={i}"], cwd=REPO, env=env,
                                   stdout=out, stderr=err))
+  launched.extend(procs)
   return procs
 
 
@@ -120,12 +132,12 @@ def _reference(workdir):
   return train.train_and_evaluate(config, workdir)
 
 
-def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path):
+def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
   logs, ref_dir, mp_dir = tmp_path / "logs", tmp_path / "ref", tmp_path / "mp"
   logs.mkdir()
   stall_file = tmp_path / "stalled"
   t0 = time.monotonic()
-  first = _launch(mp_dir, logs, "first", stall_file)
+  first = _launch(launched, mp_dir, logs, "first", stall_file)
   ref = _reference(ref_dir)  # meanwhile, the single-process run
   deadline = time.monotonic() + 300
   while not (stall_file.exists() and (mp_dir / "checkpoints" / str(KILL_AFTER)).is_dir()):
@@ -150,7 +162,7 @@ def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path):
   assert "final validation" not in _log(logs, "first", 0, "out")
   t_killed = time.monotonic()
 
-  second = _launch(mp_dir, logs, "second")
+  second = _launch(launched, mp_dir, logs, "second")
   _wait_all(second, logs, "second", timeout=300)
   t_end = time.monotonic()
   print(f"first launch + reference {t_killed - t0:.1f} s, resumed launch {t_end - t_killed:.1f} s")
