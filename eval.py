@@ -58,6 +58,13 @@ def main(argv):
       _fail(e, 2)
     print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
     return
+  if _CONFIG.value.metrics == "flow":  # sparse optical flow (configs/flow_synthetic.py)
+    from pncnn_jax import flow_eval  # pylint: disable=g-import-not-at-top
+    try:
+      flow_eval.evaluate_flow_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, _OUTPUT.value)
+    except (ValueError, FileNotFoundError, FloatingPointError) as e:
+      sys.exit(f"error: {e}")
+    return
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
                                  output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value)

@@ -54,7 +54,8 @@ def main(argv):
       return
     val = summary["val"]
     print(f"final validation (step {summary['step']}): " + ", ".join(
-        f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn", "auce") if isinstance(val.get(k), float)))
+        f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn", "auce", "epe", "ause_epe", "auroc_corrupted")
+        if isinstance(val.get(k), float)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from pncnn_jax import data, losses, models
+from pncnn_jax import data, flow, losses, models
 from pncnn_jax.data import build as data_build
 
 MODEL_FIELDS = ("nconv_init", "conv_precision", "unet_features", "mask_input_confidence")  # the PNCNN fields a config may set
@@ -45,9 +45,10 @@ def load_config(spec: str | os.PathLike) -> ml_collections.ConfigDict:
 def variant_loss(config: Mapping[str, Any]) -> str:
   """The loss a config trains with: `config.loss`, or the variant's published loss when empty."""
   variant = config.get("variant")
-  if variant not in models.VARIANTS:
-    raise ValueError(f"config.variant={variant!r} is not a model variant; choose one of {sorted(models.VARIANTS)}")
-  name = config.get("loss") or models.VARIANTS[variant].loss
+  known = {**models.VARIANTS, **flow.FLOW_VARIANTS}  # depth, and sparse optical flow (configs/flow_synthetic.py)
+  if variant not in known:
+    raise ValueError(f"config.variant={variant!r} is not a model variant; choose one of {sorted(known)}")
+  name = config.get("loss") or known[variant].loss
   losses.get_loss(name)  # a clear error for an unknown loss
   return name
 
@@ -77,6 +78,8 @@ def model_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=32)
 def _cached_model(variant: str, settings: tuple[tuple[str, Any], ...]) -> models.PNCNN:
+  if variant in flow.FLOW_VARIANTS:
+    return flow.build_flow_model(variant, **dict(settings))
   return models.build_model(variant, **dict(settings))
 
 
@@ -108,7 +111,7 @@ def data_config(config: ml_collections.ConfigDict, kind: str, *, batch_size: int
       "num_threads": d.num_threads,
       "nyu_num_samples": d.nyu_num_samples,
   }
-  if d.dataset == "synthetic":
+  if d.dataset in ("synthetic", "flow_synthetic"):
     out["synthetic_size"] = d.synthetic_size if kind == "train" else d.eval_synthetic_size
     if d.get("synthetic_cache_dir"):
       out["synthetic_cache_dir"] = d.synthetic_cache_dir
@@ -258,7 +261,7 @@ def check_data(config: ml_collections.ConfigDict, *, training: bool = True) -> N
   the build command. Called before anything is created (TFDS would otherwise start building there). Synthetic
   scenes need nothing."""
   d = config.data
-  if d.dataset == "synthetic":
+  if d.dataset in data.pipeline.GENERATED:  # rendered on the fly
     return
   for split in ([d.train_split] if training else []) + [d.eval_split]:
     data_build.check_prepared(d.dataset, d.data_dir, split)

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pncnn_jax import flow_losses
+
 if TYPE_CHECKING:  # models.py is only needed for the annotation.
   from pncnn_jax.models import ModelOutput
 
@@ -193,6 +195,7 @@ LOSSES: dict[str, Callable[[ModelOutput, jax.Array], jax.Array]] = {
     "gaussian_nll": _gaussian_nll,  # official pncnn (MaskedProbLoss), uses out.confidence
     "gaussian_nll_exp": _gaussian_nll_exp,  # official pncnn_exp (MaskedProbExpLoss)
     "laplace_nll": _laplace_nll,  # Laplace ablation, uses out.confidence as 1/b
+    **flow_losses.LOSSES,  # sparse optical flow (pncnn_jax.flow): flow_epe, flow_nll
 }
 
 
@@ -212,6 +215,7 @@ PRECISION_RULES: dict[str, Callable[[Any, Any], Any] | None] = {
     "gaussian_nll": lambda c, xp: c,
     "gaussian_nll_exp": _exp_precision,
     "laplace_nll": lambda c, xp: 0.5 * c * c,
+    **flow_losses.PRECISION_RULES,  # flow_nll: c [1/px^2]
 }
 PROBABILISTIC_LOSSES = tuple(k for k, rule in PRECISION_RULES.items() if rule is not None)
 

@@ -22,7 +22,7 @@ import optax
 from flax import struct
 from flax.training import train_state
 
-from pncnn_jax import losses, models
+from pncnn_jax import flow_losses, losses, models
 
 Array = jax.Array
 
@@ -95,7 +95,10 @@ def loss_and_grads(
 
 
 def batch_errors(pred: Array, target: Array) -> dict[str, Array]:
-  """MAE and RMSE in metres over the valid (target > 0) pixels pooled over the batch (as the training CSV)."""
+  """MAE and RMSE in metres over the valid (target > 0) pixels pooled over the batch (as the training CSV).
+  Optical flow (a C > 1 channel prediction, pncnn_jax.flow): mean end-point error and its RMS [px] instead."""
+  if pred.shape[-1] > 1:
+    return flow_losses.batch_errors(pred, target)
   valid = target > 0
   n = jnp.maximum(jnp.sum(valid), 1)
   err = jnp.where(valid, pred - target, 0.0)

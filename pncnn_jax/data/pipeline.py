@@ -29,12 +29,14 @@ from typing import Any, Mapping, Optional
 import grain
 import numpy as np
 
-from pncnn_jax.data import build, sparsify
+from pncnn_jax.data import build, flow_synthetic, sparsify
 from pncnn_jax.data import synthetic, synthetic_cache
 
-DATASETS = ("synthetic", "kitti_depth", "nyu_depth")
+DATASETS = ("synthetic", "kitti_depth", "nyu_depth", "flow_synthetic")
+GENERATED = ("synthetic", "flow_synthetic")  # rendered on the fly: no data_dir
 SPLITS = {
     "synthetic": ("train", "val", "test"),
+    "flow_synthetic": ("train", "val", "test"),  # sparse optical flow (pncnn_jax.data.flow_synthetic)
     "kitti_depth": ("train", "val", "selval", "test"),
     "nyu_depth": ("train", "val"),
 }
@@ -44,7 +46,7 @@ _SYNTHETIC_STREAM = {"train": 0, "val": 1, "test": 2}
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Pipeline settings (see `pncnn_jax.data.__init__` for the documented dict form)."""
-  dataset: str = "synthetic"  # 'synthetic' | 'kitti_depth' | 'nyu_depth'
+  dataset: str = "synthetic"  # 'synthetic' | 'kitti_depth' | 'nyu_depth' | 'flow_synthetic'
   split: str = "train"  # see SPLITS
   batch_size: int = 4  # per shard (per host)
   crop: str = "center"  # 'none' | 'center' | 'bottom' | 'random'
@@ -59,7 +61,7 @@ class DataConfig:
   data_dir: Optional[str] = None  # TFDS data_dir holding the prepared kitti_depth / nyu_depth
   num_threads: int = 2  # grain reader threads
   prefetch: int = 4  # grain prefetch buffer (elements)
-  # synthetic only
+  # synthetic and flow_synthetic only
   synthetic_size: int = 10000  # examples per epoch
   synthetic_seed: int = 0  # scene seed (scenes of a split do not depend on `seed`)
   synthetic_cache_dir: Optional[str] = None  # pre-rendered scenes (data/synthetic_cache.py), used if present
@@ -91,7 +93,7 @@ class DataConfig:
       raise ValueError(f"need 0 <= shard_index < shard_count, got {self.shard_index}, {self.shard_count}")
     if self.num_epochs is not None and self.num_epochs <= 0:
       raise ValueError(f"num_epochs must be positive or None, got {self.num_epochs}")
-    if self.dataset != "synthetic" and not self.data_dir:  # build.DatasetNotFoundError, with the build command
+    if self.dataset not in GENERATED and not self.data_dir:  # build.DatasetNotFoundError, with the build command
       build.check_prepared(self.dataset, self.data_dir, self.split)
 
 
@@ -165,7 +167,7 @@ class _Real(grain.transforms.RandomMap):
 
 
 def _source(cfg: DataConfig) -> grain.MapDataset:
-  if cfg.dataset == "synthetic":
+  if cfg.dataset in GENERATED:
     return grain.MapDataset.range(cfg.synthetic_size)
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data import kitti_depth, nyu_depth  # noqa: F401  (registers the builders)
@@ -188,7 +190,8 @@ def make_dataset(config) -> grain.MapDataset:
   if shuffle:
     ds = ds.shuffle(seed=cfg.seed)
   ds = ds.repeat(cfg.num_epochs)
-  ds = ds.random_map(_Synthetic(cfg) if cfg.dataset == "synthetic" else _Real(cfg), seed=cfg.seed)
+  maps = {"synthetic": _Synthetic, "flow_synthetic": flow_synthetic.FlowSyntheticMap}
+  ds = ds.random_map(maps.get(cfg.dataset, _Real)(cfg), seed=cfg.seed)
   ds = ds.batch(cfg.batch_size, drop_remainder=drop)
   if cfg.shard_count > 1:
     if drop and cfg.num_epochs is not None:  # only full global batches: the same number on every host
