@@ -144,6 +144,13 @@ def run_flow_evaluation(predict: Predictor, batches: Iterable[Mapping[str, np.nd
   return FlowEvalResult(metrics=res, sparsification=sp, panels=panels)
 
 
+def uncertainty_label(loss_name: str) -> tuple[str, str]:
+  """(what a model's `flow_metrics.flow_uncertainty` is, its unit) for the figures."""
+  if losses.precision_of(1.0, loss_name) is not None:
+    return "predicted RMS end-point error", "px"
+  return "sqrt(2 / NConv confidence)", "relative"
+
+
 def format_table(rows: Mapping[str, Mapping[str, Any]], keys=None, header: str = "model") -> str:
   """A markdown table of flow results, one row per name, with units."""
   keys = keys or [k for k in TABLE_ORDER if any(k in r for r in rows.values())]
@@ -202,7 +209,8 @@ def evaluate_flow_checkpoint(config, workdir: str | None, checkpoint: str = "bes
   flow_viz.sparsification_figure({name: result.sparsification}, paths["sparsification"])
   if result.panels:
     paths["panels"] = str(out / "flow_panels.png")
-    flow_viz.flow_panels(result.panels, paths["panels"], title=name)
+    label, unit = uncertainty_label(loss_name)
+    flow_viz.flow_panels(result.panels, paths["panels"], title=name, uncertainty_label=label, uncertainty_unit=unit)
   if jax.process_index() == 0:
     print(table)
     print("wrote " + ", ".join(paths.values()))

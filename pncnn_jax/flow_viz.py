@@ -61,10 +61,10 @@ def wheel_image(size: int = 101) -> np.ndarray:
 
 
 def flow_panels(rows: Sequence[Mapping[str, np.ndarray]], path: str | pathlib.Path, *, title: str = "",
-                uncertainty_label: str = "predicted sigma [px]") -> None:
-  """One row per example: input tracks (on the image, coloured as flow; failed ones ringed red), the learned
-  input confidence c0 of the tracks, the predicted flow, the ground truth, the predicted uncertainty and the
-  end-point error; a colour wheel legend in pixels.
+                uncertainty_label: str = "predicted sigma", uncertainty_unit: str = "px") -> None:
+  """Two rows of panels per example. Top: the input tracks on the image (coloured as flow; failed tracks ringed
+  red), the predicted flow, the ground truth. Bottom: the input confidence c0 of the tracks, the predicted
+  uncertainty, the end-point error. A colour wheel legend in pixels; colour bars with units.
 
   Each row holds (H, W) or (H, W, k) arrays: image, sparse (H, W, 3), corrupted (H, W) bool, input_confidence,
   flow (H, W, 2), target (H, W, 3), uncertainty, epe.
@@ -72,46 +72,56 @@ def flow_panels(rows: Sequence[Mapping[str, np.ndarray]], path: str | pathlib.Pa
   plt = viz._plt()  # pylint: disable=protected-access
   h, w = rows[0]["image"].shape[:2]
   max_px = max(float(np.percentile(np.hypot(*r["target"][..., :2].reshape(-1, 2).T), 99)) for r in rows)
-  max_px = max(round(max_px), 1)
-  cols = ("input tracks (colour = measured flow; ring = failed)", "input confidence c0 of the tracks",
-          "predicted flow", "ground-truth flow", uncertainty_label, "end-point error [px]")
-  fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.3 * len(cols), 3.3 * len(rows) * h / w + 1.4),
-                           squeeze=False)
-  c0_hi = max(float(np.percentile(r["input_confidence"][r["sparse"][..., 2] > 0], 99)) for r in rows) or 1.0
-  epe_hi = max(float(np.percentile(r["epe"], 99)) for r in rows)
-  unc_vals = np.concatenate([r["uncertainty"][np.isfinite(r["uncertainty"])].ravel() for r in rows])
-  unc_lo, unc_hi = (np.percentile(unc_vals, [1, 99]) if unc_vals.size else (0.0, 1.0))
-  for i, r in enumerate(rows):
-    rr, cc = np.nonzero(r["sparse"][..., 2] > 0)
-    meas = r["sparse"][rr, cc, :2]
+  max_px = max(int(round(max_px)), 1)
+  tracks = [r["sparse"][..., 2] > 0 for r in rows]
+  c0_hi = max(float(np.percentile(r["input_confidence"][t], 99)) if t.any() else 0.0 for r, t in zip(rows, tracks))
+  epe_hi = max(float(np.nanpercentile(r["epe"], 99)) for r in rows)
+  unc = np.concatenate([r["uncertainty"][np.isfinite(r["uncertainty"])].ravel() for r in rows])
+  unc_lo, unc_hi = np.percentile(unc, [1, 99]) if unc.size else (0.0, 1.0)
+  panel_w = 3.6
+  fig, axes = plt.subplots(2 * len(rows), 4, figsize=(3 * panel_w + 1.6, 2 * len(rows) * (panel_w * h / w + 0.45)),
+                           gridspec_kw={"width_ratios": [1, 1, 1, 0.42]}, squeeze=False)
+  for i, (r, t) in enumerate(zip(rows, tracks)):
+    rr, cc = np.nonzero(t)
     bad = r["corrupted"][rr, cc]
-    ax = axes[i, 0]
-    ax.imshow(r["image"], cmap="gray", vmin=0, vmax=1)
-    ax.scatter(cc, rr, s=9, c=flow_to_rgb(meas[None], max_px)[0] / 255.0, edgecolors="none")
-    ax.scatter(cc[bad], rr[bad], s=30, facecolors="none", edgecolors="red", linewidths=0.7)
-    ax = axes[i, 1]
-    ax.imshow(r["image"], cmap="gray", vmin=0, vmax=1, alpha=0.5)
-    sc = ax.scatter(cc, rr, s=9, c=r["input_confidence"][rr, cc], cmap="viridis", vmin=0, vmax=c0_hi)
-    fig.colorbar(sc, ax=ax, fraction=0.046, pad=0.02, label="c0")
-    axes[i, 2].imshow(flow_to_rgb(r["flow"], max_px))
-    axes[i, 3].imshow(flow_to_rgb(r["target"][..., :2], max_px))
-    im = axes[i, 4].imshow(r["uncertainty"], cmap="magma", vmin=unc_lo, vmax=unc_hi)
-    fig.colorbar(im, ax=axes[i, 4], fraction=0.046, pad=0.02, label="px")
-    im = axes[i, 5].imshow(r["epe"], cmap="inferno", vmin=0, vmax=epe_hi)
-    fig.colorbar(im, ax=axes[i, 5], fraction=0.046, pad=0.02, label="px")
-    for j, ax in enumerate(axes[i]):
+    top, bottom = axes[2 * i], axes[2 * i + 1]
+    top[0].imshow(r["image"], cmap="gray", vmin=0, vmax=1)
+    top[0].scatter(cc, rr, s=7, c=flow_to_rgb(r["sparse"][rr, cc, :2][None], max_px)[0] / 255.0, edgecolors="none")
+    top[0].scatter(cc[bad], rr[bad], s=24, facecolors="none", edgecolors="red", linewidths=0.6)
+    top[0].set_title(f"example {i + 1}: input tracks ({len(rr)}, {int(bad.sum())} failed, ringed red)", fontsize=8)
+    top[1].imshow(flow_to_rgb(r["flow"], max_px))
+    top[1].set_title("predicted flow", fontsize=8)
+    top[2].imshow(flow_to_rgb(r["target"][..., :2], max_px))
+    top[2].set_title("ground-truth flow", fontsize=8)
+    bottom[0].imshow(r["image"], cmap="gray", vmin=0, vmax=1, alpha=0.45)
+    sc = bottom[0].scatter(cc, rr, s=7, c=r["input_confidence"][rr, cc], cmap="viridis", vmin=0, vmax=c0_hi or 1.0)
+    fig.colorbar(sc, ax=bottom[0], fraction=0.04, pad=0.02).set_label("c0", fontsize=7)
+    bottom[0].set_title("input confidence c0 of the tracks", fontsize=8)
+    im = bottom[1].imshow(r["uncertainty"], cmap="magma", vmin=unc_lo, vmax=unc_hi)
+    fig.colorbar(im, ax=bottom[1], fraction=0.04, pad=0.02).set_label(uncertainty_unit, fontsize=7)
+    bottom[1].set_title(f"{uncertainty_label} [{uncertainty_unit}]", fontsize=8)
+    im = bottom[2].imshow(r["epe"], cmap="inferno", vmin=0, vmax=epe_hi)
+    fig.colorbar(im, ax=bottom[2], fraction=0.04, pad=0.02).set_label("px", fontsize=7)
+    bottom[2].set_title("end-point error [px]", fontsize=8)
+    for ax in top[:3]:  # invisible colour bars: the same panel widths as the bottom row
+      fig.colorbar(sc, ax=ax, fraction=0.04, pad=0.02).ax.set_visible(False)
+    for ax in (*top, *bottom):
       ax.set_xticks([])
       ax.set_yticks([])
-      if i == 0:
-        ax.set_title(cols[j], fontsize=8)
-  leg = fig.add_axes([0.005, 0.005, 0.06 * 3.3 * len(rows) * h / w / (3.3 * len(rows) * h / w + 1.4) * 6, 0.12])
-  leg.imshow(wheel_image())
-  leg.set_xticks([0, 50, 100], [f"-{max_px}", "0", f"+{max_px}"], fontsize=6)
-  leg.set_yticks([0, 50, 100], [f"-{max_px}", "0", f"+{max_px}"], fontsize=6)
-  leg.set_title(f"flow colour (u right, v down) [px]", fontsize=6)
+    top[3].axis("off")
+    bottom[3].axis("off")
+  leg = axes[0, 3]
+  leg.axis("on")
+  leg.imshow(wheel_image(), extent=(-max_px, max_px, max_px, -max_px))
+  leg.set_xticks([-max_px, 0, max_px])
+  leg.set_yticks([-max_px, 0, max_px])
+  leg.tick_params(labelsize=6)
+  leg.set_xlabel("u [px] (right)", fontsize=7)
+  leg.set_ylabel("v [px] (down)", fontsize=7)
+  leg.set_title("flow colour", fontsize=8)
   if title:
     fig.suptitle(title, fontsize=10)
-  fig.tight_layout(rect=(0.0, 0.12, 1.0, 0.97 if title else 1.0))
+  fig.tight_layout()
   pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
   fig.savefig(path, dpi=110)
   plt.close(fig)
