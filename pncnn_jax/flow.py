@@ -162,8 +162,6 @@ FLOW_VARIANTS: dict[str, FlowVariant] = {
     "flow_ncnn_conf": FlowVariant("sigmoid", "none", "flow_epe", "learned input confidence, EPE loss"),
     "flow_pncnn": FlowVariant("softplus", "isotropic", "flow_nll",
                               "pNCNN: learned input confidence + isotropic precision, 2-D Gaussian NLL"),
-    "flow_pncnn_beta": FlowVariant("softplus", "isotropic", "flow_beta_nll",
-                                   "pNCNN trained with the beta-NLL (beta 0.5, Seitzer et al. 2022)"),
     "flow_pncnn_aniso": FlowVariant("softplus", "per_channel", "flow_nll",
                                     "ablation: one precision per channel (diagonal covariance)"),
 }

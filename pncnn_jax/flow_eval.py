@@ -80,18 +80,28 @@ def oracle_predictor(predict: Predictor) -> Predictor:
 
 
 def gaussian_nc_predictor(sigma_px: float = 4.0, radius: int = 12) -> Predictor:
-  """Normalized convolution with a fixed Gaussian applicability (std `sigma_px`, (2 radius + 1)^2 taps) and the
-  binary track mask as confidence, per flow component (`layers.nconv`). The output confidence is the propagated
-  one, c_out = conv(c, g) / sum(g); no bias."""
+  """Normalized convolution with a fixed Gaussian applicability g (std `sigma_px`, (2 radius + 1)^2 taps) and the
+  binary track mask m as confidence, per flow component: x = conv(m x, g) / (conv(m, g) + eps), with the
+  propagated confidence conv(m, g) / sum(g) (pNCNN eq. 2 without learning). g is separable, so the 'same'
+  convolution with zero padding is two products with banded (Toeplitz) matrices, fast for wide kernels."""
   ax = np.arange(-radius, radius + 1, dtype=np.float64)
   g = np.exp(-0.5 * (ax / sigma_px) ** 2)
-  kernel = jnp.asarray(np.outer(g, g)[:, :, None, None], jnp.float32)
+
+  def band(n):  # (n, n): out[i] = sum_j g[j - i + radius] a[j], zero outside the image
+    d = np.arange(n)[None, :] - np.arange(n)[:, None] + radius
+    return jnp.asarray(np.where((d >= 0) & (d <= 2 * radius), g[np.clip(d, 0, 2 * radius)], 0.0), jnp.float32)
+
+  def blur(a):
+    hi = jax.lax.Precision.HIGHEST
+    a = jnp.einsum("hk,bkwc->bhwc", band(a.shape[1]), a, precision=hi)
+    return jnp.einsum("wk,bhkc->bhwc", band(a.shape[2]), a, precision=hi)
 
   @jax.jit
   def fn(sparse):
     m = sparse[..., -1:]
     xs, cs = flow.fold_channels(sparse[..., :-1] * m), jnp.tile(m, (sparse.shape[-1] - 1, 1, 1, 1))
-    x, c = layers.nconv(xs, cs, kernel, jnp.zeros((1,), jnp.float32))
+    num, den = blur(xs), blur(cs)  # xs is zero off the tracks: conv(m x, g)
+    x, c = num / (den + layers.NCONV_EPS), den / float(g.sum() ** 2)
     return flow.unfold_channels(x, sparse.shape[-1] - 1), c[:sparse.shape[0]], m
 
   def predict(batch):

@@ -61,7 +61,7 @@ def flow_epe(pred: jax.Array, target: jax.Array) -> jax.Array:
   return _valid_mean(end_point_error(err), valid)
 
 
-def flow_nll(pred: jax.Array, precision: jax.Array, target: jax.Array, beta: float = 0.0) -> jax.Array:
+def flow_nll(pred: jax.Array, precision: jax.Array, target: jax.Array) -> jax.Array:
   """Negative log-likelihood of a Gaussian over the flow vector with diagonal precision (pNCNN for flow).
 
     L = (1/|V|) sum_V sum_k 1/2 [ c_k (t_k - mu_k)^2 - log(c_k + 1e-16) ]
@@ -70,11 +70,6 @@ def flow_nll(pred: jax.Array, precision: jax.Array, target: jax.Array, beta: flo
   the isotropic N(t; mu, I/c)) a pixel's term is c ||e||^2 / 2 - (C/2) log c; with (B, H, W, C) it is the
   diagonal covariance diag(1/c_k). Either way the per-pixel term is the exact NLL minus (C/2) log(2 pi), and for
   C = 1 it is half of `losses.gaussian_nll`. The isotropic optimum is c = C / ||e||^2.
-
-  beta > 0 gives the beta-NLL of Seitzer et al. (ICLR 2022): each pixel's term is weighted by
-  stop_gradient(mean_k(1/c_k)^beta), the predicted variance to the power beta. The NLL's gradient on the flow is
-  c e, so pixels the model is unsure of hardly train the flow; the weight undoes that (beta = 1: the squared
-  error's gradient; 0.5: in between). It is a constant per pixel for the gradient, so the optimal c is unchanged.
 
   Args:
     pred: (B, H, W, C) predicted flow mu [px].
@@ -90,11 +85,7 @@ def flow_nll(pred: jax.Array, precision: jax.Array, target: jax.Array, beta: flo
     raise ValueError(f"flow_nll: precision must be (B, H, W, 1) or (B, H, W, C) for flow {err.shape}, got {ps}")
   c = jnp.where(valid, precision, 1.0)
   per_channel = 0.5 * (c * jnp.square(err) - jnp.log(c + LOG_EPS))  # (B, H, W, C), c broadcast if 1 channel
-  per_pixel = jnp.sum(per_channel, axis=-1, keepdims=True)
-  if beta:
-    var = jnp.mean(1.0 / (c + LOG_EPS), axis=-1, keepdims=True)
-    per_pixel = per_pixel * jax.lax.stop_gradient(var**beta)
-  return _valid_mean(per_pixel, valid)
+  return _valid_mean(jnp.sum(per_channel, axis=-1, keepdims=True), valid)
 
 
 def batch_errors(pred: jax.Array, target: jax.Array) -> dict[str, jax.Array]:
@@ -107,11 +98,9 @@ def batch_errors(pred: jax.Array, target: jax.Array) -> dict[str, jax.Array]:
 LOSSES: dict[str, Callable[[FlowOutput, jax.Array], jax.Array]] = {
     "flow_epe": lambda out, target: flow_epe(out.depth, target),
     "flow_nll": lambda out, target: flow_nll(out.depth, out.confidence, target),
-    "flow_beta_nll": lambda out, target: flow_nll(out.depth, out.confidence, target, beta=0.5),
 }
 # What a flow model's output confidence is: the precision 1/sigma^2 [1/px^2] of each component, or None.
 PRECISION_RULES: dict[str, Callable[[Any, Any], Any] | None] = {
     "flow_epe": None,
     "flow_nll": lambda c, xp: c,
-    "flow_beta_nll": lambda c, xp: c,
 }

@@ -43,7 +43,7 @@ RECIPE: dict[str, Any] = {
     "seed": 0,
 }
 RUNS = ("flow_ncnn", "flow_ncnn_conf", "flow_pncnn")  # the default set; any FLOW_VARIANTS key works with --only
-GAUSSIAN_SIGMAS_PX = (2.0, 4.0, 8.0, 16.0)  # the widths `gaussian_nc` chooses from on the validation scenes
+GAUSSIAN_SIGMAS_PX = (4.0, 8.0, 16.0, 32.0)  # the widths `gaussian_nc` chooses from on the validation scenes
 FLAT_TOLERANCE = 0.02  # "converged": best val EPE of the last 30 % of the high-lr phase within 2 % of the best before
 
 
