@@ -80,3 +80,14 @@ def test_convergence_rule_and_claims(tmp_path):
   bad = {**good, "auroc_corrupted": 0.7, "epe": 4.5}
   assert [line.split("**")[1] for line in flow_report.claims({"flow_ncnn": base, "flow_pncnn": bad})] == [
       "does not hold", "does not hold", "holds"]
+
+
+def test_flow_configs_load_every_variant_and_are_cpu_sized():
+  from pncnn_jax import flow  # pylint: disable=g-import-not-at-top
+  for variant, spec in flow.FLOW_VARIANTS.items():
+    c = config_lib.load_config(f"{REPO}/configs/flow_synthetic.py:{variant}")
+    assert c.variant == variant and config_lib.variant_loss(c) == spec.loss and c.metrics == "flow"
+    assert c.data.dataset == "flow_synthetic" and c.data.train_crop_height * c.data.train_crop_width <= 128 * 384
+    assert isinstance(config_lib.build_model(c), flow.FlowPNCNN)
+  with pytest.raises(ValueError, match="unknown variant 'flow_pncn'"):
+    config_lib.load_config(f"{REPO}/configs/flow_synthetic.py:flow_pncn")
