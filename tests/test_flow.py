@@ -71,12 +71,13 @@ def test_fold_and_unfold_are_inverse():
 
 
 def test_flow_model_applies_one_nconv_network_to_each_component_with_the_shared_confidence():
-  model = flow.build_flow_model("flow_pncnn", unet_features=(4, 4, 8, 8))
+  model = flow.build_flow_model("flow_ncnn_conf", unet_features=(4, 4, 8, 8))
   variables = flow.init_flow_variables(model, jax.random.key(0))
   sparse = _sparse_flow(jax.random.key(1))
   out = jax.jit(model.apply)(variables, sparse)
   assert out.flow.shape == (2, 24, 40, 2) and out.depth is out.flow
   assert out.confidence.shape == out.input_confidence.shape == out.nconv_confidence.shape == (2, 24, 40, 1)
+  np.testing.assert_array_equal(out.confidence, out.nconv_confidence)  # no variance network: the NConv one
   m = sparse[..., 2:]
   assert float(jnp.max(jnp.where(m > 0, 0.0, out.input_confidence))) == 0.0  # c0 is zero off the tracks
   assert float(jnp.min(jnp.where(m > 0, out.input_confidence, 1.0))) > 0.0
