@@ -76,7 +76,8 @@ def table(rows: Mapping[str, Mapping[str, Any]]) -> str:
     flat = "n/a" if not conv else ("yes" if conv["flat"] else f"no ({100 * conv['epe_change_last_30pct']:+.1f} %)")
     c0 = (f"{r['c0_corrupted']:.3g} / {r['c0_clean']:.3g}" if r.get("auroc_corrupted") is not None
           and not math.isnan(r["auroc_corrupted"]) else "n/a")
-    cpu = r.get("time") and r["time"]["cpu_s"] / 60
+    t = r.get("time")
+    cpu = t and t["cpu_s"] / 60 * (r.get("step") or 0) / t.get("steps", r.get("step") or 1)  # all steps
     lines.append("| " + " | ".join([
         f"`{name}`", f"{r.get('params', 0):,}", _f(r["epe"], 4), _f(r["rmse"], 4), _f(r["outliers"], 3),
         _f(r["ause_epe"]), _f(r.get("nll")), _f(r.get("auroc_corrupted")), c0, _f(r.get("step")),

@@ -101,7 +101,8 @@ def select(only: str) -> list[str]:
 
 
 def train_runs(workdir: pathlib.Path, names: Sequence[str]) -> None:
-  """Trains (or resumes) each run; adds the sitting's wall and CPU seconds to <run>/time.json."""
+  """Trains (or resumes) each run; adds the sitting's wall and CPU seconds and its steps to <run>/time.json (a
+  sitting that is killed records nothing: `cpu_per_step` then extrapolates from the recorded ones)."""
   for name in names:
     if finished(workdir, name):
       print(f"[{name}] finished", flush=True)
@@ -109,11 +110,17 @@ def train_runs(workdir: pathlib.Path, names: Sequence[str]) -> None:
     print(f"[{name}] training ({total_steps()} steps)", flush=True)
     wall, cpu = time.time(), time.process_time()
     rundir = run_dir(workdir, name)
+    start = None
+    if (rundir / checkpointing.CHECKPOINT_SUBDIR).is_dir():
+      reader = checkpointing.Checkpointer(rundir, read_only=True)
+      start = reader.latest_step()
+      reader.close()
     train.train_and_evaluate(run_config(name), rundir)
     path = rundir / "time.json"
     prior = json.loads(path.read_text()) if path.exists() else {"wall_s": 0.0, "cpu_s": 0.0, "sittings": 0}
     path.write_text(json.dumps({"wall_s": prior["wall_s"] + time.time() - wall,
                                 "cpu_s": prior["cpu_s"] + time.process_time() - cpu,
+                                "steps": prior.get("steps", 0) + total_steps() - (start or 0),
                                 "sittings": prior["sittings"] + 1}) + "\n")
 
 
