@@ -123,7 +123,7 @@ def flow_panels(rows: Sequence[Mapping[str, np.ndarray]], path: str | pathlib.Pa
     fig.suptitle(title, fontsize=10)
   fig.tight_layout()
   pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=90)
   plt.close(fig)
 
 
