@@ -205,7 +205,8 @@ def write(summary: Mapping[str, Any], path: pathlib.Path, workdir: pathlib.Path)
       "true flow) are per-image means; AUSE on EPE pools the pixels (mean EPE curves, normalised by the mean EPE of "
       "all); AUROC is of a *low* c0 for the failed tracks, over all tracks. **Convergence**: a run counts as "
       "converged when the best validation EPE of the last 30 % of its high-lr phase is within 2 % of the best before "
-      "it (the last column).",
+      "it (the last column). **CPU** is the training process's CPU time (all its threads, validations included); "
+      "the steps of a sitting that was killed are counted at the rate of the timed ones.",
       "",
       "## The claims",
       "",
