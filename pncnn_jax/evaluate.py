@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pncnn_jax import config as config_lib
-from pncnn_jax import loader, losses, models, sharding, viz
+from pncnn_jax import flow_eval, loader, losses, models, sharding, viz
 from pncnn_jax import metrics as M
 from pncnn_jax.data import io as data_io
 from pncnn_jax.data import sparsify
@@ -72,7 +72,9 @@ class EvalResult:
 
 
 def make_eval_fn(model: models.PNCNN, metric_set: str):
-  """jit(variables, sparse, target) -> (ModelOutput, per-image metrics), eval mode."""
+  """jit(variables, sparse, target) -> (ModelOutput, per-image metrics), eval mode; None for 'flow'."""
+  if metric_set == "flow":  # flow models: pncnn_jax.flow_eval (run_evaluation hands them over)
+    return None
   if metric_set not in ("kitti", "nyu"):
     raise ValueError(f"metrics must be 'kitti' or 'nyu', got {metric_set!r}")
   metric_fn = M.kitti_metrics if metric_set == "kitti" else M.nyu_metrics
@@ -107,13 +109,16 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
     model, variables: the network and its {'params', 'batch_stats'?}.
     batches: an iterable of this host's batches (e.g. `pncnn_jax.data.make_iterator` of an eval split).
     loss_name: the loss the model was trained with (decides sigma, see the module doc).
-    metric_set: 'kitti' or 'nyu'.
+    metric_set: 'kitti' or 'nyu'; 'flow' hands over to `flow_eval.run_flow_evaluation`.
     mesh: device mesh (default: all devices).
     max_batches: stop after this many batches (-1: all).
     num_panels: keep the first `num_panels` images for qualitative panels.
     eval_fn: a `make_eval_fn` result to reuse (saves a compilation).
     progress: show a tqdm bar.
   """
+  if metric_set == "flow":  # sparse optical flow (configs/flow_synthetic.py): a flow_eval.FlowEvalResult
+    return flow_eval.run_flow_evaluation(flow_eval.model_predictor(model, variables, mesh), batches,
+                                         loss_name=loss_name, max_batches=max_batches, num_panels=num_panels)
   mesh = sharding.make_mesh() if mesh is None else mesh
   eval_fn = eval_fn or make_eval_fn(model, metric_set)
   variables = sharding.replicate(variables, mesh)

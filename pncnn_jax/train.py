@@ -11,8 +11,7 @@ evaluates every member and fusion rule, and the best checkpoint is the one with 
 `config.ensemble.select_rule`.
 
 A run lives in its workdir:
-  config.json                    the config it was started with (rewritten on every start; a run of another
-                                 variant in the same workdir is an error)
+  config.json                    the config it was started with (a run of another variant here is an error)
   metrics.jsonl                  one JSON object per line: {"step", "split": "train" | "val", ...metrics}
   checkpoints/<step>/            orbax (pncnn_jax.checkpointing): the latest `max_to_keep` and the best by
                                  validation RMSE; metadata holds the variant, config and data position
@@ -47,7 +46,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import checkpointing, data, ensemble, evaluate, flow_eval, models, prng, run_files, sharding
+from pncnn_jax import checkpointing, data, ensemble, evaluate, models, prng, run_files, sharding
 from pncnn_jax import config as config_lib
 from pncnn_jax import train_step as ts
 
@@ -78,8 +77,8 @@ def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
 @functools.lru_cache(maxsize=16)
 def _jitted_init(model: models.PNCNN):
   """`models.init_variables(model, key)` jitted once per model (it re-traces on every call)."""
-  channels = getattr(model, "input_channels", 1)  # sparse depth: 1; flow (pncnn_jax.flow): C + 1
-  return jax.jit(lambda key: model.init(prng.init_key(key), jnp.zeros((1, 16, 16, channels), jnp.float32), train=False))
+  shape = (1, 16, 16, getattr(model, "input_channels", 1))  # sparse depth: 1 channel; flow (pncnn_jax.flow): C + 1
+  return jax.jit(lambda key: model.init(prng.init_key(key), jnp.zeros(shape, jnp.float32), train=False))
 
 
 def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.TrainState:
@@ -156,10 +155,6 @@ def validate(config: ml_collections.ConfigDict, state: ts.TrainState, mesh: Mesh
   """Evaluates a single model's state (eval mode) on the config's validation split (the first
   `num_eval_batches`)."""
   model = config_lib.build_model(config)
-  if config.metrics == "flow":  # sparse optical flow (configs/flow_synthetic.py)
-    return flow_eval.run_flow_evaluation(flow_eval.model_predictor(model, ts.variables_of(state), mesh),
-                                         config_lib.eval_iterator(config), loss_name=config_lib.variant_loss(config),
-                                         max_batches=config.num_eval_batches)
   return evaluate.run_evaluation(
       model, ts.variables_of(state), config_lib.eval_iterator(config), loss_name=config_lib.variant_loss(config),
       metric_set=config.metrics, mesh=mesh, max_batches=config.num_eval_batches,
@@ -386,8 +381,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         writer.write(done, "val", val)
         if bar is not None:
           bar.write(f"[{config.variant}] step {done}: val " + ", ".join(
-              f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn", "epe", "auroc_corrupted")
-              if isinstance(val.get(k), float)))
+              f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn") if isinstance(val.get(k), float)))
         if done not in ckpt.all_steps():
           ckpt.save(done, ts.state_to_tree(state), metadata(done), metrics={"rmse": val["rmse"]}
                     if isinstance(val.get("rmse"), float) and math.isfinite(val["rmse"]) else None)
