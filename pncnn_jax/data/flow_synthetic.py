@@ -6,8 +6,9 @@ and fail as KLT fails:
 
 1. **Corner-like points.** The Shi-Tomasi score (the smaller eigenvalue of the 5x5 structure tensor of the image)
    is computed; its local maxima (5x5) are the candidates. As driving front ends do, the window is bucketed into
-   16x16 cells and each cell keeps its `per_cell` strongest candidates (1.6 % of the pixels), so that tracks
-   cover the image. Cells of sky or asphalt therefore get tracks on noise: that is where KLT fails most.
+   16x16 cells so that tracks cover the image: each cell keeps up to `per_cell` of its strongest textured
+   candidates and `weak_per_cell` of its homogeneous ones (a low quality threshold), about 1 % of the pixels in
+   all. Cells of sky or asphalt therefore get tracks on noise: that is where KLT fails most.
 2. **Failures, by the texture under the track** (structure tensor eigenvalues l1 >= l2):
    - homogeneous (l1 + l2 < `homogeneous_energy`): with `p_homogeneous`, a gross random vector, the truth plus
      an error of uniform direction and magnitude in `gross_px` (the tracker wanders off);
@@ -55,7 +56,7 @@ MIN_FAILURE_PX = 2.0  # every failed track is at least this far off (before the 
 class TrackConfig:
   """Track placement and failure model (module docstring)."""
   cell: int = 16  # bucketing cell, pixels
-  per_cell: int = 4  # textured tracks per cell: up to 4 / 256 = 1.6 % of the pixels
+  per_cell: int = 4  # textured tracks per cell (at most 4 / 256 = 1.6 % of the pixels)
   weak_per_cell: int = 1  # homogeneous tracks per cell (a detector with a low quality threshold)
   nms_radius: int = 2  # candidates are maxima of the Shi-Tomasi score over (2r+1)^2 pixels
   window_radius: int = 2  # structure tensor averaging window (2r+1)^2
