@@ -53,7 +53,8 @@ def main(argv):
   if "ensemble" in _CONFIG.value:  # members and fusion rules side by side (paper Table 3)
     from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
     try:
-      rows = ensemble.evaluate_ensemble_config(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value)
+      rows = ensemble.evaluate_ensemble_config(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value,
+                                              allow_mismatch=_ALLOW_MISMATCH.value)
     except (ValueError, FileNotFoundError) as e:
       _fail(e, 2)
     print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))

@@ -95,13 +95,15 @@ def _init_one(model, key: Array, shape: tuple[int, int]) -> PyTree:
   return models.init_variables(model, key, shape)
 
 
-def load_ensemble(paths: Sequence[str | os.PathLike], step: int | str = "best") -> tuple[PyTree, list[dict]]:
+def load_ensemble(paths: Sequence[str | os.PathLike], step: int | str = "best", *, expect: dict | None = None,
+                  allow_mismatch: bool = False) -> tuple[PyTree, list[dict]]:
   """Stacked variables from K single-model checkpoints, or from one ensemble workdir (`pncnn_jax.train`).
 
   Args:
     paths: checkpoints understood by `loader.load` (workdirs, step or model directories, official files). One
       path whose metadata has `ensemble_size` is returned as it is (already stacked).
     step: for workdirs: an int, 'latest' or 'best'.
+    expect, allow_mismatch: the identity every checkpoint must have been trained as (`loader.load`).
 
   Returns:
     (stacked variables with leaves (K, ...), the list of the checkpoints' metadata).
@@ -109,7 +111,7 @@ def load_ensemble(paths: Sequence[str | os.PathLike], step: int | str = "best") 
   paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
   if not paths:
     raise ValueError("load_ensemble: no checkpoint paths given")
-  loaded = [loader.load(p, step=step) for p in paths]
+  loaded = [loader.load(p, step=step, expect=expect, allow_mismatch=allow_mismatch) for p in paths]
   if len(loaded) == 1 and loaded[0].ensemble_size is not None:
     return loaded[0].variables, [loaded[0].meta]
   for p, c in zip(paths, loaded):
@@ -319,17 +321,21 @@ def ensemble_train_step(state: ts.TrainState, batch: Mapping[str, Array], *, los
 
 
 def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLike | Sequence[str],
-                             step: int | str = "latest") -> dict[str, dict[str, float]]:
+                             step: int | str = "latest", *, allow_mismatch: bool = False
+                             ) -> dict[str, dict[str, float]]:
   """What eval.py runs for an ensemble config: the eval split of `config`, every member and every rule.
 
   Args:
     config: an ensemble config (configs/ensemble_synthetic.py).
     variables_or_path: stacked variables, an ensemble workdir, or a list of K single-model checkpoints.
     step: for workdirs: an int, 'latest' or 'best'.
+    allow_mismatch: use checkpoints trained as something else than `config` says (`config.identity`: dataset,
+      variant, loss, input scaling) with a warning; refused otherwise (`config.IdentityMismatchError`).
   """
   if isinstance(variables_or_path, (str, os.PathLike)) or (
       isinstance(variables_or_path, Sequence) and not isinstance(variables_or_path, Mapping)):
-    variables, _ = load_ensemble(variables_or_path, step=step)
+    variables, _ = load_ensemble(variables_or_path, step=step, expect=config_lib.identity(config),
+                                 allow_mismatch=allow_mismatch)
   else:
     variables = {k: v for k, v in variables_or_path.items() if k in ("params", "batch_stats")}
   e = config.ensemble

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pncnn_jax import paper, results, viz
+from pncnn_jax import flow_report, paper, results, viz
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
               "pncnn_masked", "pncnn_exp", "pncnn_exp_masked")
@@ -127,6 +127,8 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   lines += ["## The claims", ""]
   lines += [f"- {c}: {_mark(ok)}. {nums}." for c, ok, nums in claims]
   lines += _tables(runs, fusion, figures, summary)
+  if intro is None:
+    lines += flow_section(path.parent / "RESULTS_FLOW.json")
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text("\n".join(lines) + "\n")
   claims_json = [{"claim": c, "holds": ok, "numbers": nums} for c, ok, nums in claims]
@@ -134,8 +136,26 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
                                                   default=results._jsonable) + "\n")  # pylint: disable=protected-access
 
 
-FLOW_LINK = ("The paper's other sparse problem, sparse optical-flow rectification with a multi-channel pNCNN, is in "
-             "[RESULTS_FLOW.md](RESULTS_FLOW.md) (`python -m pncnn_jax.flow_reproduce`).")
+FLOW_LINK = ("The paper's other sparse problem, sparse optical-flow rectification with a multi-channel pNCNN, is at the "
+             "end of this page, in full in [RESULTS_FLOW.md](RESULTS_FLOW.md) (`python -m pncnn_jax.flow_reproduce`).")
+
+
+def flow_section(flow_json: pathlib.Path) -> list[str]:
+  """The flow experiment's claims, table and figure (from `flow_report`'s RESULTS_FLOW.json beside this page), or
+  nothing when it has not been run."""
+  if not flow_json.exists():
+    return []
+  summary = json.loads(flow_json.read_text())
+  rows = summary["rows"]
+  lines = ["", "## Sparse optical-flow rectification (paper section 6)", "",
+           f"From [RESULTS_FLOW.md](RESULTS_FLOW.md) ({summary['date']}): a multi-channel pNCNN (u, v with one shared "
+           "confidence) on the synthetic sparse-flow benchmark, KLT-like tracks of which "
+           f"{100 * summary['corrupted_fraction']:.0f} % failed (labelled). Why each claim holds or not, the recipe and "
+           "the validation curves are there.", "", *flow_report.claims(rows), "", flow_report.table(rows), ""]
+  figure = flow_json.parent / flow_report.FIGURES / "flow_pncnn_panels.png"
+  if figure.exists():
+    lines.append(f"![flow_pncnn panels]({flow_report.FIGURES}/flow_pncnn_panels.png)")
+  return lines
 
 
 def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:

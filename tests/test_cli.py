@@ -110,6 +110,11 @@ def test_ensemble_train_and_eval_cli(tmp_path):
   names = [line.split("|")[1].strip() for line in table[1:]]
   assert names == ["member 0", "member 1", "mean", "weighted_mean", "max_confidence", "mle"], r.stdout
   assert all(np.isfinite(float(line.split("|")[3])) for line in table[1:])  # rmse column
+  # An ensemble trained as another variant is refused in one line, as for single models (issue 13.4).
+  r = run(["eval.py", "--config=configs/ensemble_synthetic.py:ncnn_conf_l1", f"--workdir={wd}", "--checkpoint=latest",
+           *ens])
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+  assert "was trained as variant 'ncnn'" in r.stderr and "'ncnn_conf_l1'" in r.stderr, r.stderr[-3000:]
 
 
 # Settings out of range and the other bad inputs of issue 13: tests/test_bad_inputs.py.

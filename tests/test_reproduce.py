@@ -113,3 +113,18 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path):
   again = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
   for k in ("mae", "rmse", "ause_pncnn", "auroc_disturbed"):
     assert again[k] == pytest.approx(manifest["check"][k], rel=1e-5), k
+
+
+def test_results_page_carries_the_flow_claims_and_table(tmp_path):
+  """docs/RESULTS.md shows the flow experiment's claims, table and figure from RESULTS_FLOW.json beside it."""
+  from conftest import REPO
+  from pncnn_jax import flow_report, report
+  assert report.flow_section(tmp_path / "RESULTS_FLOW.json") == []  # not run: nothing
+  source = REPO / "docs" / "RESULTS_FLOW.json"
+  rows = json.loads(source.read_text())["rows"]
+  lines = report.flow_section(source)
+  assert lines[1] == "## Sparse optical-flow rectification (paper section 6)"
+  claims = flow_report.claims(rows)
+  assert claims and all(c in lines for c in claims) and any("(F1)" in c for c in claims)
+  assert flow_report.table(rows) in lines and "`flow_pncnn`" in flow_report.table(rows)
+  assert lines[-1] == "![flow_pncnn panels](results_flow/flow_pncnn_panels.png)"
