@@ -42,7 +42,7 @@ import sys
 import time
 from typing import Sequence
 
-from pncnn_jax import paper, report, results, train
+from pncnn_jax import compile_cache, paper, report, results, train
 from pncnn_jax.paper import Run
 
 
@@ -121,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
+  os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
   try:
     runs = paper.select(args.only)
     if workdir.exists() and not workdir.is_dir():

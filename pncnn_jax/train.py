@@ -46,7 +46,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import checkpointing, data, ensemble, evaluate, models, prng, run_files, sharding
+from pncnn_jax import checkpointing, compile_cache, data, ensemble, evaluate, models, prng, run_files, sharding
 from pncnn_jax import config as config_lib
 from pncnn_jax import train_step as ts
 
@@ -102,8 +102,7 @@ def init_ensemble_state(config: ml_collections.ConfigDict, steps_per_epoch: int)
 
 
 def _jit_step(fn: Callable, mesh: Mesh, batch_axis: int):
-  """`fn(state, batch)` jitted for the mesh: state replicated (donated), batch sharded on 'data' along
-  `batch_axis`."""
+  """`fn(state, batch)` jitted for the mesh: state replicated (donated), batch sharded on 'data' on `batch_axis`."""
   rep = sharding.replicated(mesh)
   return jax.jit(fn, in_shardings=(rep, sharding.batch_sharding(mesh, batch_axis)), out_shardings=(rep, rep),
                  donate_argnums=0)
@@ -320,6 +319,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     raise
   if is_main:  # once the checkpoints are known to be of this config: a refused run leaves the workdir as it was
     run_files.write_config(config, workdir)
+  compile_cache.enable(workdir)  # <workdir>/jax_cache unless the user chose (pncnn_jax/compile_cache.py)
   start = int(np.ravel(np.asarray(state.step))[0])  # (K,) steps for an ensemble, all equal
   writer = run_files.MetricWriter(workdir, enabled=is_main)
   writer.drop_after(start)  # rows a killed run wrote after its last checkpoint: the resumed run rewrites them

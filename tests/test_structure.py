@@ -15,8 +15,8 @@ PACKAGE = REPO / "pncnn_jax"
 # Each module may import only modules of its own layer or lower ones (and never upward). A new module goes into the
 # layer of what it is about; see README "Layout".
 LAYERS = [
-    ["hostmem", "cli", "distributed", "viz", "flow_viz", "run_files", "conv", "prng", "data.sparsify", "data.io",
-     "pretrained"],
+    ["hostmem", "compile_cache", "cli", "distributed", "viz", "flow_viz", "run_files", "conv", "prng", "data.sparsify",
+     "data.io", "pretrained"],
     ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth", "data.nyu_depth",
      "data.build", "data.flow_scene", "data.flow_synthetic"],
     ["layers", "metrics", "flow_metrics", "data.pipeline", "data"],
