@@ -20,6 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax.ad_checkpoint import checkpoint_name
 
 from pncnn_jax import cpu_kernels, layers, prng
 from pncnn_jax.conv import check_rank4
@@ -136,6 +137,10 @@ def _torch_bias_init(fan_in: int):
   return init
 
 
+# The name of every Conv output (before BatchNorm): the only values a rematerialised UNet block keeps.
+CONV_OUTPUT = "unet_conv_output"
+
+
 class Conv(nn.Module):
   """'Same' 2D convolution with bias, PyTorch's default init: W, b ~ U(+-1/sqrt(fan_in)) (docs/SPEC.md §4.2).
 
@@ -155,7 +160,7 @@ class Conv(nn.Module):
                         (k, k, ci, self.features), jnp.float32)
     bias = self.param("bias", _torch_bias_init(k * k * ci), (self.features,), jnp.float32)
     out = cpu_kernels.conv2d_same_inputs(xs, kernel, self.conv_precision, train=train)
-    return out + bias.reshape(1, 1, 1, -1)
+    return checkpoint_name(out + bias.reshape(1, 1, 1, -1), CONV_OUTPUT)
 
 
 class DoubleConv(nn.Module):
@@ -193,12 +198,16 @@ class UNet(nn.Module):
     out_features: output channels.
     activation: 'sigmoid' (NCNN-Conf c0), 'softplus' (pNCNN c0 and precision), or 'none'.
     conv_precision: convolution precision (None = backend default).
+    remat: in training, rematerialise each DoubleConv block: the backward pass keeps only the convolution
+      outputs (and the block inputs) and recomputes BatchNorm, ReLU and the skip-join concatenation from them
+      (`nn.remat` with a names policy). Same parameters and values; less memory (docs/BENCHMARKS.md).
   """
 
   features: tuple[int, int, int, int] = (32, 32, 64, 64)
   out_features: int = 1
   activation: str = "sigmoid"
   conv_precision: Any = None
+  remat: bool = False
 
   @nn.compact
   def __call__(self, x: Array, train: bool = False) -> Array:
@@ -207,9 +216,13 @@ class UNet(nn.Module):
       raise ValueError(f"UNet: unknown activation {self.activation!r}; expected one of {sorted(UNET_ACTIVATIONS)}")
     f1, f2, f3, f4 = self.features
     p = self.conv_precision
+    block_cls = DoubleConv
+    if train and self.remat:
+      block_cls = nn.remat(DoubleConv, static_argnums=(2,),
+                           policy=jax.checkpoint_policies.save_only_these_names(CONV_OUTPUT))
 
     def block(name, feats, inp):
-      out = DoubleConv(feats, p, name=name)(inp, train)
+      out = block_cls(feats, p, name=name)(inp, train)
       self.sow("intermediates", f"{name}_out", out)
       return out
 
@@ -260,6 +273,8 @@ class PNCNN(nn.Module):
       official numbers; 'default' lets them use TF32/bf16 passes: about 2.5x faster on an H200, but the
       confidence UNet then moves single predictions by up to ~0.3 m (docs/BENCHMARKS.md). CPUs are float32
       either way.
+    remat: rematerialise the UNet blocks in training (see `UNet.remat`): the same parameters and function, a
+      smaller working memory for the backward pass.
   """
 
   conf_estimator: str = "softplus"
@@ -268,6 +283,7 @@ class PNCNN(nn.Module):
   unet_features: tuple[int, int, int, int] = (32, 32, 64, 64)
   conv_precision: Any = "highest"
   mask_input_confidence: bool = False
+  remat: bool = True
 
   @nn.compact
   def __call__(self, sparse: Array, train: bool = False) -> ModelOutput:
@@ -281,7 +297,8 @@ class PNCNN(nn.Module):
     if self.conf_estimator == "none":
       c0 = (x0 > 0).astype(jnp.float32)
     else:
-      c0 = UNet(self.unet_features, 1, self.conf_estimator, self.conv_precision, name="conf_estimator")(x0, train)
+      c0 = UNet(self.unet_features, 1, self.conf_estimator, self.conv_precision, self.remat,
+                name="conf_estimator")(x0, train)
       if self.mask_input_confidence:
         c0 = jnp.where(x0 > 0, c0, 0.0)
     xout, cout = NConvUNet(weight_init=self.nconv_init, name="nconv")(x0, c0)
@@ -289,7 +306,8 @@ class PNCNN(nn.Module):
       conf = cout
     else:
       var_in = cout if self.var_estimator == "cout" else jnp.concatenate([cout, xout], axis=-1)
-      conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, name="var_estimator")(var_in, train)
+      conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, self.remat,
+                  name="var_estimator")(var_in, train)
     return ModelOutput(depth=xout, confidence=conf, input_confidence=c0, nconv_confidence=cout)
 
 
