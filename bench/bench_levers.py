@@ -1,0 +1,149 @@
+"""What each memory/speed lever does to a CPU pNCNN training step (batch 4, 352x1216): one row per process.
+
+  python bench/bench_levers.py [--levers base,no_remat,...] [--repeats 3]          (prints one JSON line per row)
+
+Each row starts a fresh process (its peak resident memory is its own) that compiles the step, runs it once and
+then times `--repeats` steps, each after a 4096^2 float32 matmul (this machine's matmul rate drifts). Reported per
+row: step time [s] (and the CPU seconds, user and system, of each step), the paired matmul rates, the XLA working
+memory of the program (temporaries), peak RSS, and the final loss (the code levers must not change it beyond
+float rounding). Levers (`LEVERS`): the default (`base`: remat on, state donated, glibc with 2 MiB pages) and one
+change each: no rematerialisation, no buffer donation, glibc with 4 KiB pages, glibc tuned as the official code
+was (keeps freed memory), jemalloc or tcmalloc (LD_PRELOAD, Debian/Ubuntu paths), skip joins as one convolution
+per input, the NConv backward by autodiff of its fused taps, NConv numerator and denominator as two convolutions,
+and two XLA CPU flags. Results on this machine: docs/BENCHMARKS.md ("Levers").
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HUGE = "glibc.malloc.hugetlb=1"
+TUNED = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+
+# name -> (environment of the row's process, options of the row)
+LEVERS = {
+    "base": ({"GLIBC_TUNABLES": HUGE}, {}),
+    "no_remat": ({"GLIBC_TUNABLES": HUGE}, {"remat": False}),
+    "no_donation": ({"GLIBC_TUNABLES": HUGE}, {"donate": False}),
+    "glibc_4k_pages": ({"GLIBC_TUNABLES": ""}, {}),
+    "glibc_tuned": ({"GLIBC_TUNABLES": f"{HUGE}:{TUNED}"}, {}),
+    "jemalloc": ({"GLIBC_TUNABLES": "", "LD_PRELOAD": JEMALLOC}, {}),
+    "tcmalloc": ({"GLIBC_TUNABLES": "", "LD_PRELOAD": TCMALLOC}, {}),
+    "skip_split": ({"GLIBC_TUNABLES": HUGE}, {"patch": "skip_split"}),
+    "nconv_autodiff": ({"GLIBC_TUNABLES": HUGE}, {"patch": "nconv_autodiff"}),
+    "nconv_two_convs": ({"GLIBC_TUNABLES": HUGE}, {"patch": "nconv_two_convs"}),
+    "xla_sched_off": ({"GLIBC_TUNABLES": HUGE, "XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false"},
+                      {}),
+    "xla_vec512": ({"GLIBC_TUNABLES": HUGE, "XLA_FLAGS": "--xla_cpu_prefer_vector_width=512"}, {}),
+}
+
+
+def _patch(name: str) -> None:
+  """The code levers, applied in the row's process before anything is traced."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import cpu_kernels, layers  # pylint: disable=g-import-not-at-top
+  if name == "skip_split":  # skip joins: one convolution per input, summed (no concatenation), in training too
+    inputs = cpu_kernels.conv2d_same_inputs
+    cpu_kernels.conv2d_same_inputs = lambda xs, w, precision=None, *, train=False: inputs(xs, w, precision)
+  elif name == "nconv_autodiff":  # NConv backward: autodiff of the fused shifted multiply-adds
+    cpu_kernels._taps_conv_fast_fwd = cpu_kernels._taps_same_conv  # pylint: disable=protected-access
+  elif name == "nconv_two_convs":  # NConv: numerator and denominator apart (no [x*c; c] batch concatenation)
+    def nconv(x, c, w, b, *, eps=layers.NCONV_EPS, conv_precision=layers.NCONV_PRECISION):
+      num, den = cpu_kernels.nconv_conv(x * c, w, conv_precision), cpu_kernels.nconv_conv(c, w, conv_precision)
+      ratio = layers._normalized_ratio(num, den, eps)  # pylint: disable=protected-access
+      return ratio + b.reshape(1, 1, 1, -1), den / jnp.sum(w, axis=(0, 1, 2), keepdims=True)
+    layers.nconv = nconv
+  elif name:
+    raise SystemExit(f"error: unknown patch {name!r}")
+
+
+def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dict:
+  opts = LEVERS[name][1]
+  _patch(opts.get("patch", ""))
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import models, train_step  # pylint: disable=g-import-not-at-top
+
+  def usage():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
+
+  model = models.build_model("pncnn", remat=opts.get("remat", True))
+  state = train_step.create_train_state(model, models.init_variables(model, jax.random.key(0)),
+                                        train_step.make_optimizer(0.01))
+  rng = np.random.default_rng(0)
+  shape = (batch, height, width, 1)
+  sparse = np.where(rng.random(shape) < 0.05, rng.uniform(2, 80, shape), 0).astype(np.float32)
+  target = np.where(rng.random(shape) < 0.2, rng.uniform(2, 80, shape), 0).astype(np.float32)
+  data = {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)}
+  step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"),
+                 donate_argnums=(0,) if opts.get("donate", True) else ())
+  t0 = time.perf_counter()
+  compiled = step.lower(state, data).compile()
+  out = {"lever": name, "compile_s": time.perf_counter() - t0,
+         "temp_gb": compiled.memory_analysis().temp_size_in_bytes / 1e9}
+  a = jax.random.normal(jax.random.key(1), (4096, 4096))
+  mm = jax.jit(lambda x: x @ x)
+  jax.block_until_ready(mm(a))
+  t0 = time.perf_counter()
+  state, m = compiled(state, data)
+  jax.block_until_ready(m)
+  out["first_s"] = time.perf_counter() - t0
+  times, rates, user, system = [], [], [], []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(mm(a))
+    rates.append(2 * 4096**3 / 1e9 / (time.perf_counter() - t0))
+    u0, s0 = usage()
+    t0 = time.perf_counter()
+    state, m = compiled(state, data)
+    jax.block_until_ready(m)
+    times.append(time.perf_counter() - t0)
+    u1, s1 = usage()
+    user.append(u1 - u0)
+    system.append(s1 - s0)
+  return out | {"step_s": times, "median_s": float(np.median(times)), "user_s": user, "sys_s": system,
+                "matmul_gflops": rates, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+                "loss": float(m["loss"]), "load": os.getloadavg()[0]}
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--levers", default=",".join(LEVERS), help=f"comma-separated, some of {','.join(LEVERS)}")
+  p.add_argument("--repeats", type=int, default=3)
+  p.add_argument("--height", type=int, default=352)
+  p.add_argument("--width", type=int, default=1216)
+  p.add_argument("--batch", type=int, default=4)
+  p.add_argument("--one", default="", help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  size = dict(height=args.height, width=args.width, batch=args.batch)
+  if args.one:
+    print(json.dumps(run_row(args.one, args.repeats, **size)), flush=True)
+    return 0
+  for name in filter(None, args.levers.split(",")):
+    if name not in LEVERS:
+      print(f"error: --levers: unknown lever {name!r}; expected some of {','.join(LEVERS)}", file=sys.stderr)
+      return 2
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "XLA_FLAGS")}
+    env.update({k: v for k, v in LEVERS[name][0].items() if v})
+    out = subprocess.run([sys.executable, __file__, "--one", name, f"--repeats={args.repeats}",
+                          f"--height={args.height}", f"--width={args.width}", f"--batch={args.batch}"],
+                         env=env, capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    print(lines[-1] if lines else json.dumps({"lever": name, "error": out.stderr.strip().splitlines()[-3:]}),
+          flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
