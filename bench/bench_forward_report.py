@@ -89,6 +89,14 @@ def behind(results: dict) -> list[str]:
         if "train_pncnn_b4" in trows and gb > trows["train_pncnn_b4"]["peak_rss_gb"]:
           out.append(f"peak memory of the training step ({key}): {gb:.2f} GB against "
                      f"{trows['train_pncnn_b4']['peak_rss_gb']:.2f} GB for the PyTorch pNCNN here ({mode})")
+  train = rows.get("pncnn_train_step_b4")
+  if train and "compile_s" in train:
+    first = train["first_call_s"] + train["compile_s"]
+    others = [("the official code as shipped", official["first_call_train_s"]["shipped"][0])]
+    others += [(f"the PyTorch pNCNN here ({mode})", trows["train_pncnn_b4"]["first_call_s"])
+               for mode, trows in torch.items() if "train_pncnn_b4" in trows]
+    out += [f"first training step including compilation: {first:.1f} s against {s:.1f} s for {who} (a restart "
+            "with the persistent compilation cache skips the compilation)" for who, s in others if first > s]
   return out
 
 
