@@ -274,7 +274,8 @@ class PNCNN(nn.Module):
       confidence UNet then moves single predictions by up to ~0.3 m (docs/BENCHMARKS.md). CPUs are float32
       either way.
     remat: rematerialise the UNet blocks in training (see `UNet.remat`): the same parameters and function, a
-      smaller working memory for the backward pass.
+      smaller working memory for the backward pass. None (the default): on CPU only, where host memory is what
+      limits the batch (3.4 GB less at 352x1216 batch 4, ~5 % slower); GPUs and TPUs keep the faster step.
   """
 
   conf_estimator: str = "softplus"
@@ -283,7 +284,7 @@ class PNCNN(nn.Module):
   unet_features: tuple[int, int, int, int] = (32, 32, 64, 64)
   conv_precision: Any = "highest"
   mask_input_confidence: bool = False
-  remat: bool = True
+  remat: bool | None = None
 
   @nn.compact
   def __call__(self, sparse: Array, train: bool = False) -> ModelOutput:
@@ -294,10 +295,11 @@ class PNCNN(nn.Module):
     if self.var_estimator not in VAR_ESTIMATORS:
       raise ValueError(f"PNCNN: var_estimator {self.var_estimator!r} not in {VAR_ESTIMATORS}")
     x0 = sparse.astype(jnp.float32)
+    remat = jax.default_backend() == "cpu" if self.remat is None else self.remat
     if self.conf_estimator == "none":
       c0 = (x0 > 0).astype(jnp.float32)
     else:
-      c0 = UNet(self.unet_features, 1, self.conf_estimator, self.conv_precision, self.remat,
+      c0 = UNet(self.unet_features, 1, self.conf_estimator, self.conv_precision, remat,
                 name="conf_estimator")(x0, train)
       if self.mask_input_confidence:
         c0 = jnp.where(x0 > 0, c0, 0.0)
@@ -306,7 +308,7 @@ class PNCNN(nn.Module):
       conf = cout
     else:
       var_in = cout if self.var_estimator == "cout" else jnp.concatenate([cout, xout], axis=-1)
-      conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, self.remat,
+      conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, remat,
                   name="var_estimator")(var_in, train)
     return ModelOutput(depth=xout, confidence=conf, input_confidence=c0, nconv_confidence=cout)
 

@@ -47,6 +47,10 @@ def test_a_training_step_with_remat_equals_one_without_bitwise(variant, loss_nam
   assert np.abs(np.asarray(jax.tree.leaves(g0)[0])).max() > 0  # a real gradient
 
 
-def test_remat_is_on_by_default_and_not_a_config_setting():
-  assert models.PNCNN().remat
+def test_remat_is_on_by_default_on_cpu_and_not_a_config_setting():
+  assert models.PNCNN().remat is None  # None: on where the backend is the CPU (this test's), off on accelerators
+  assert jax.default_backend() == "cpu"
+  jaxpr = str(jax.make_jaxpr(lambda v, x: models.PNCNN().apply(v, x, train=True, mutable=["batch_stats"]))(
+      models.init_variables(models.PNCNN(), jax.random.key(0)), jnp.ones((1, 16, 16, 1))))
+  assert "remat" in jaxpr or "checkpoint" in jaxpr
   assert "remat" not in config_lib.model_settings(config_lib.load_config("configs/synthetic.py:pncnn"))
