@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import math
 import pathlib
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -31,7 +30,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pncnn_jax import config as config_lib
-from pncnn_jax import flow_eval, loader, losses, models, sharding, viz
+from pncnn_jax import flow_eval, loader, losses, models, run_files, sharding, viz
 from pncnn_jax import metrics as M
 from pncnn_jax.data import io as data_io
 from pncnn_jax.data import sparsify
@@ -243,17 +242,7 @@ def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti
   `metric_set`. `keys`: the columns (default: those of TABLE_ORDER that some row has)."""
   if keys is None:
     keys = [k for k in TABLE_ORDER if any(k in r for r in rows.values())]
-  units = UNITS[metric_set]
-  head = [header] + [f"{k} [{units[k]}]" if k in units else k for k in keys]
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for name, r in rows.items():
-    cells = [name]
-    for k in keys:
-      v = r.get(k)
-      cells.append("n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else
-                   (f"{v:.4g}" if isinstance(v, float) else str(v)))
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+  return run_files.markdown_table(rows, list(keys), UNITS[metric_set], header)
 
 
 def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, metric_set: str,

@@ -28,7 +28,6 @@ zero vector is a valid measurement, so the mask cannot be the data > 0 test of d
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -143,17 +142,9 @@ class FlowPNCNN(nn.Module):
     return FlowOutput(flow=flow, confidence=conf, input_confidence=c0, nconv_confidence=cout)
 
 
-@dataclasses.dataclass(frozen=True)
-class FlowVariant:
-  """A named flow model: its `FlowPNCNN` fields and the loss it trains with (`flow_losses.LOSSES`)."""
-
-  conf_estimator: str
-  var_estimator: str
-  loss: str
-  description: str
-
-  def model_kwargs(self) -> dict[str, str]:
-    return {"conf_estimator": self.conf_estimator, "var_estimator": self.var_estimator}
+# A named flow model: its `FlowPNCNN` fields and the loss it trains with (`flow_losses.LOSSES`); the same record as
+# the depth variants'.
+FlowVariant = models.Variant
 
 
 FLOW_VARIANTS: dict[str, FlowVariant] = {

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import pathlib
 from typing import Any, Callable, Iterable, Mapping
 
@@ -23,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import checkpointing, flow, flow_metrics, flow_viz, layers, losses, sharding
+from pncnn_jax import checkpointing, flow, flow_metrics, flow_viz, layers, losses, run_files, sharding
 from pncnn_jax import config as config_lib
 from pncnn_jax.data import flow_synthetic
 
@@ -164,16 +163,7 @@ def uncertainty_label(loss_name: str) -> tuple[str, str]:
 def format_table(rows: Mapping[str, Mapping[str, Any]], keys=None, header: str = "model") -> str:
   """A markdown table of flow results, one row per name, with units."""
   keys = keys or [k for k in TABLE_ORDER if any(k in r for r in rows.values())]
-  head = [header] + [f"{k} [{UNITS[k]}]" if k in UNITS else k for k in keys]
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for name, r in rows.items():
-    cells = [name]
-    for k in keys:
-      v = r.get(k)
-      cells.append("n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else
-                   (f"{v:.4g}" if isinstance(v, float) else str(v)))
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+  return run_files.markdown_table(rows, list(keys), UNITS, header)
 
 
 def load_flow_checkpoint(config, workdir: str | None, checkpoint: str = "best"):

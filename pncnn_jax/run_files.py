@@ -1,4 +1,5 @@
-"""The files of a run directory besides its checkpoints: config.json, metrics.jsonl and TensorBoard events.
+"""The files of a run directory besides its checkpoints: config.json, metrics.jsonl, TensorBoard events, and the
+markdown tables of its evaluations (`markdown_table`).
 
 `write_config` writes the config a run starts with and refuses a workdir that holds a run of another variant;
 `MetricWriter` appends one JSON object per line ({"step", "split", "time", ...metrics}) and mirrors the scalars to
@@ -104,3 +105,19 @@ def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> No
                          f"{new.get('variant')!r}: use another --workdir")
       log.warning("config differs from the one in %s; resuming with the new config", path)
   path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+
+
+def markdown_table(rows: Mapping[str, Mapping[str, Any]], keys: list[str], units: Mapping[str, str],
+                   header: str = "model") -> str:
+  """A markdown table, one row per named result, one column per key (its unit in brackets where `units` has
+  one); floats to 4 significant digits, missing or NaN values as n/a."""
+  head = [header] + [f"{k} [{units[k]}]" if k in units else k for k in keys]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for name, r in rows.items():
+    cells = [name]
+    for k in keys:
+      v = r.get(k)
+      cells.append("n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                   (f"{v:.4g}" if isinstance(v, float) else str(v)))
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)

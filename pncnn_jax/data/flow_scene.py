@@ -153,18 +153,10 @@ def render(scene: synthetic.Scene, cfg: FlowSceneConfig, window: tuple[int, int,
   depth = raycast.hit_plane_y(o, d, scene.ground_y).astype(np.float32)
   solid = np.full((h, w), -1, np.int64)
   for k, (hit, params, bb) in enumerate(raycast.solids(scene)):
-    pc = raycast.corners(bb) @ rot
-    if np.all(pc[:, 2] > 0.1):
-      us = cfg.fx * pc[:, 0] / pc[:, 2] + cfg.cx - left
-      vs = cfg.fy * pc[:, 1] / pc[:, 2] + cfg.cy - top
-      c0, c1 = max(int(math.floor(us.min())), 0), min(int(math.ceil(us.max())) + 1, w)
-      r0, r1 = max(int(math.floor(vs.min())), 0), min(int(math.ceil(vs.max())) + 1, h)
-      if c0 >= c1 or r0 >= r1:
-        continue
-    elif np.all(pc[:, 2] <= 0.1):
+    box = raycast.screen_box(bb, rot, cfg, window)
+    if box is None:
       continue
-    else:
-      r0, r1, c0, c1 = 0, h, 0, w
+    r0, r1, c0, c1 = box
     t = hit(o, d[r0:r1, c0:c1], params)
     closer = t < depth[r0:r1, c0:c1]
     depth[r0:r1, c0:c1][closer] = t[closer]

@@ -91,6 +91,23 @@ def corners(bb):
   return np.array([[x, y, z] for x in (x0, x1) for y in (y0, y1) for z in (z0, z1)], np.float64)
 
 
+def screen_box(bb, rot, cfg, window: tuple[int, int, int, int]) -> tuple[int, int, int, int] | None:
+  """The pixel rows and columns (r0, r1, c0, c1) of a camera window (top, left, h, w) that a solid's street-frame
+  bounding box `bb` can cover, rot being `yaw_matrix(scene.yaw)` and cfg the pinhole (fx, fy, cx, cy); the whole
+  window when the box straddles the plane z = 0.1 m; None when it lies behind it or projects outside the window."""
+  top, left, h, w = window
+  pc = corners(bb) @ rot  # street -> camera (rot is orthonormal)
+  if np.all(pc[:, 2] > 0.1):
+    us = cfg.fx * pc[:, 0] / pc[:, 2] + cfg.cx - left
+    vs = cfg.fy * pc[:, 1] / pc[:, 2] + cfg.cy - top
+    c0, c1 = max(int(math.floor(us.min())), 0), min(int(math.ceil(us.max())) + 1, w)
+    r0, r1 = max(int(math.floor(vs.min())), 0), min(int(math.ceil(vs.max())) + 1, h)
+    return None if c0 >= c1 or r0 >= r1 else (r0, r1, c0, c1)
+  if np.all(pc[:, 2] <= 0.1):
+    return None
+  return 0, h, 0, w
+
+
 def yaw_matrix(yaw):
   """Street-from-camera rotation about +y: d_street = d_cam @ R.T."""
   c, s = math.cos(yaw), math.sin(yaw)

@@ -229,18 +229,10 @@ def _render_camera(scene, cfg, top, left, h, w):
   o = np.zeros(3, np.float32)
   depth = raycast.hit_plane_y(o, d, scene.ground_y).astype(np.float32)  # t = z because d_cam z = 1
   for hit, params, bb in raycast.solids(scene):
-    pc = raycast.corners(bb) @ rot  # street -> camera (rot is orthonormal)
-    if np.all(pc[:, 2] > 0.1):
-      us = cfg.fx * pc[:, 0] / pc[:, 2] + cfg.cx - left
-      vs = cfg.fy * pc[:, 1] / pc[:, 2] + cfg.cy - top
-      c0, c1 = max(int(math.floor(us.min())), 0), min(int(math.ceil(us.max())) + 1, w)
-      r0, r1 = max(int(math.floor(vs.min())), 0), min(int(math.ceil(vs.max())) + 1, h)
-      if c0 >= c1 or r0 >= r1:
-        continue
-    elif np.all(pc[:, 2] <= 0.1):
+    box = raycast.screen_box(bb, rot, cfg, (top, left, h, w))
+    if box is None:
       continue
-    else:
-      r0, r1, c0, c1 = 0, h, 0, w
+    r0, r1, c0, c1 = box
     sub = depth[r0:r1, c0:c1]
     np.minimum(sub, hit(o, d[r0:r1, c0:c1], params), out=sub)
   depth[depth > cfg.sky_depth_m] = np.inf
