@@ -265,3 +265,15 @@ def check_data(config: ml_collections.ConfigDict, *, training: bool = True) -> N
     return
   for split in ([d.train_split] if training else []) + [d.eval_split]:
     data_build.check_prepared(d.dataset, d.data_dir, split)
+
+
+def apply_recipe(config: ml_collections.ConfigDict, recipe: Mapping[str, Any]) -> None:
+  """Sets a reproduction recipe's fields on an unlocked config: batch_size, steps_per_epoch, num_epochs,
+  lr_decay_epochs, learning_rate, train_crop / eval_crop (height, width), train_scenes / val_scenes (the synthetic
+  scene counts); used by pncnn_jax.paper and pncnn_jax.flow_reproduce."""
+  for key in ("batch_size", "steps_per_epoch", "num_epochs", "lr_decay_epochs", "learning_rate"):
+    config[key] = recipe[key]
+  config.data.train_crop_height, config.data.train_crop_width = recipe["train_crop"]
+  config.data.eval_crop_height, config.data.eval_crop_width = recipe["eval_crop"]
+  config.data.synthetic_size = recipe["train_scenes"]
+  config.data.eval_synthetic_size = recipe["val_scenes"]

@@ -60,15 +60,7 @@ def run_config(variant: str):
   config = config_lib.load_config(f"{_configs_dir() / 'flow_synthetic.py'}:{variant}")
   with config.unlocked():
     config.seed = r["seed"]
-    config.batch_size = r["batch_size"]
-    config.steps_per_epoch = r["steps_per_epoch"]
-    config.num_epochs = r["num_epochs"]
-    config.lr_decay_epochs = r["lr_decay_epochs"]
-    config.learning_rate = r["learning_rate"]
-    config.data.train_crop_height, config.data.train_crop_width = r["train_crop"]
-    config.data.eval_crop_height, config.data.eval_crop_width = r["eval_crop"]
-    config.data.synthetic_size = r["train_scenes"]
-    config.data.eval_synthetic_size = r["val_scenes"]
+    config_lib.apply_recipe(config, r)
     config.progress_bar = False
     config.log_every_steps = 50
   return config

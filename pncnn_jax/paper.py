@@ -75,15 +75,7 @@ def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collect
   with config.unlocked():
     config.seed = run.seed
     config.model.mask_input_confidence = run.masked
-    config.batch_size = s["batch_size"]
-    config.steps_per_epoch = s["steps_per_epoch"]
-    config.num_epochs = s["num_epochs"]
-    config.lr_decay_epochs = s["lr_decay_epochs"]
-    config.learning_rate = s["learning_rate"]
-    config.data.train_crop_height, config.data.train_crop_width = s["train_crop"]
-    config.data.eval_crop_height, config.data.eval_crop_width = s["eval_crop"]
-    config.data.synthetic_size = s["train_scenes"]
-    config.data.eval_synthetic_size = s["val_scenes"]
+    config_lib.apply_recipe(config, s)
     config.data.synthetic_cache_dir = cache_dir or ""
     config.progress_bar = False
     config.log_every_steps = 50
