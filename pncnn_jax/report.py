@@ -301,9 +301,11 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
     fig, ax = plt.subplots(figsize=(8, 5.5))
     first = next(iter(runs.values()))
     fr = np.asarray(first["sparsification"]["fractions"])
-    for name in [n for n in MAIN_ORDER[1:] + ABLATION_ORDER[1:] if n in runs]:
+    colours = plt.get_cmap("tab20").colors  # more than the 10 of the default cycle: one colour per model
+    for i, name in enumerate(n for n in MAIN_ORDER[1:] + ABLATION_ORDER[1:] if n in runs):
       sp = runs[name]["sparsification"]
-      ax.plot(fr, sp["model"], label=name, lw=1.2)
+      ax.plot(fr, sp["model"], label=name, lw=1.2, color=colours[(2 * i) % 20 + (2 * i) // 20],
+              linestyle="-." if name in ABLATION_ORDER[1:] else "-")
     ax.plot(fr, runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs
             else first["sparsification"]["oracle"], "k--", lw=1.5, label="oracle (pncnn_masked errors)")
     ax.set_xlabel("fraction of pixels removed (least confident first)")
