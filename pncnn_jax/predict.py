@@ -55,14 +55,6 @@ from pncnn_jax.data import io
 MULTIPLE = 8  # three 2x2 poolings
 
 
-def load_model(checkpoint: str | pathlib.Path, variant: str | None = None,
-               allow_mismatch: bool = False) -> tuple[models.PNCNN, dict[str, Any], str]:
-  """(model, variables, loss name) of any checkpoint (`loader.load`), the model built with the settings stored
-  with it (e.g. its conv_precision). A `variant` the checkpoint contradicts is refused unless `allow_mismatch`."""
-  ckpt = loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
-  return ckpt.build_model(), ckpt.variables, ckpt.loss
-
-
 def pad_to_multiple(depth_hw: np.ndarray, multiple: int = MULTIPLE) -> np.ndarray:
   """Zero-pads an (H, W) map at the bottom and right to multiples of `multiple`."""
   h, w = depth_hw.shape

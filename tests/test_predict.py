@@ -89,11 +89,11 @@ def test_the_loader_rebuilds_the_model_a_run_was_trained_with(pncnn_checkpoint, 
   old = {"variant": "pncnn", "loss": "gaussian_nll", "nconv_init": "published", "precision": "default"}
   for name, config in (("new", new), ("old", old)):
     checkpointing.save_variables(tmp_path / name, variables, {"variant": "pncnn", "config": config})
-    got, _, loss = predict.load_model(tmp_path / name)
-    assert got.conv_precision == "default" and loss == "gaussian_nll"
-  assert predict.load_model(tmp_path / "new")[0].nconv_init == "repo"
-  assert loader.load(tmp_path / "new").build_model() is predict.load_model(tmp_path / "new")[0]  # one instance
-  got, _, _ = predict.load_model(pncnn_checkpoint[0])  # no stored config: the model's defaults
+    ckpt = loader.load(tmp_path / name)
+    assert ckpt.build_model().conv_precision == "default" and ckpt.loss == "gaussian_nll"
+  assert loader.load(tmp_path / "new").build_model().nconv_init == "repo"
+  assert loader.load(tmp_path / "new").build_model() is loader.load(tmp_path / "new").build_model()  # one instance
+  got = loader.load(pncnn_checkpoint[0]).build_model()  # no stored config: the model's defaults
   assert got == model and got.conv_precision == "highest"
   with pytest.raises(ValueError, match=r"was trained as variant 'pncnn' \(its metadata\), but --config asks for "
                      "variant 'ncnn'; pass --allow_mismatch"):

@@ -231,8 +231,5 @@ class FlowSyntheticMap(grain.transforms.RandomMap):
 
   def random_map(self, index, rng: np.random.Generator):
     c, s = self._cfg, self._scene
-    window = None
-    if c.crop != "none":
-      top, left = sparsify.crop_offsets(s.height, s.width, c.crop_height, c.crop_width, c.crop, rng)
-      window = (top, left, c.crop_height, c.crop_width)
+    window = sparsify.crop_window(s.height, s.width, c.crop_height, c.crop_width, c.crop, rng)
     return generate(c.synthetic_seed, int(index), s, window=window, stream=self._stream)

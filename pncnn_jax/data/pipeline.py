@@ -132,10 +132,7 @@ class _Synthetic(grain.transforms.RandomMap):
 
   def random_map(self, index, rng: np.random.Generator):
     c, s = self._cfg, self._scfg
-    window = None
-    if c.crop != "none":
-      top, left = sparsify.crop_offsets(s.height, s.width, c.crop_height, c.crop_width, c.crop, rng)
-      window = (top, left, c.crop_height, c.crop_width)
+    window = sparsify.crop_window(s.height, s.width, c.crop_height, c.crop_width, c.crop, rng)
     if self._cache is not None:
       ex = self._cache.lookup(c.synthetic_seed, self._stream, int(index), window or (0, 0, s.height, s.width))
       if ex is not None:

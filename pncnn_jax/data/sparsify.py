@@ -53,3 +53,14 @@ def crop_offsets(height: int, width: int, crop_h: int, crop_w: int, mode: str,
       raise ValueError("crop mode 'random' needs an rng")
     return int(rng.integers(0, height - crop_h + 1)), int(rng.integers(0, width - crop_w + 1))
   raise ValueError(f"crop mode must be 'center', 'bottom', 'random' or 'none', got {mode!r}")
+
+
+def crop_window(height: int, width: int, crop_h: int, crop_w: int, mode: str,
+                rng: np.random.Generator | None = None) -> tuple[int, int, int, int] | None:
+  """(top, left, crop_h, crop_w) of `crop_offsets`, or None for mode 'none' (the whole image)."""
+  if mode == "none":
+    return None
+  top, left = crop_offsets(height, width, crop_h, crop_w, mode, rng)
+  return top, left, crop_h, crop_w
+
+
