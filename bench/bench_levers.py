@@ -10,7 +10,9 @@ float rounding). Levers (`LEVERS`): the default (`base`: remat on, state donated
 change each: no rematerialisation, no buffer donation, glibc with 4 KiB pages, glibc tuned as the official code
 was (keeps freed memory), jemalloc or tcmalloc (LD_PRELOAD, Debian/Ubuntu paths), skip joins as one convolution
 per input, the NConv backward by autodiff of its fused taps, NConv numerator and denominator as two convolutions,
-and two XLA CPU flags. Results on this machine: docs/BENCHMARKS.md ("Levers").
+two XLA CPU flags, and the two kernels replaced on 2026-11-26 (evening), each put back alone and both together:
+the UNet weight gradient on 2-row tiles with (C_in x K) @ (K x C_out) products on 32-channel blocks
+(`wgrad_2row_tiles`) and the NConv input gradient by the library convolution (`nconv_library_dgrad`). Results on this machine: docs/BENCHMARKS.md ("Levers").
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ LEVERS = {
     "skip_split": ({"GLIBC_TUNABLES": HUGE}, {"patch": "skip_split"}),
     "nconv_autodiff": ({"GLIBC_TUNABLES": HUGE}, {"patch": "nconv_autodiff"}),
     "nconv_two_convs": ({"GLIBC_TUNABLES": HUGE}, {"patch": "nconv_two_convs"}),
+    "wgrad_2row_tiles": ({"GLIBC_TUNABLES": HUGE}, {"patch": "wgrad_2row_tiles"}),
+    "nconv_library_dgrad": ({"GLIBC_TUNABLES": HUGE}, {"patch": "nconv_library_dgrad"}),
+    "both_before": ({"GLIBC_TUNABLES": HUGE}, {"patch": "wgrad_2row_tiles,nconv_library_dgrad"}),
     "xla_sched_off": ({"GLIBC_TUNABLES": HUGE, "XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false"},
                       {}),
     "xla_vec512": ({"GLIBC_TUNABLES": HUGE, "XLA_FLAGS": "--xla_cpu_prefer_vector_width=512"}, {}),
@@ -62,13 +67,44 @@ def _patch(name: str) -> None:
       ratio = layers._normalized_ratio(num, den, eps)  # pylint: disable=protected-access
       return ratio + b.reshape(1, 1, 1, -1), den / jnp.sum(w, axis=(0, 1, 2), keepdims=True)
     layers.nconv = nconv
+  elif name == "wgrad_2row_tiles":  # the weight gradient before 2026-11-26 (evening): 2-row tiles of all images,
+    from jax import lax  # pylint: disable=g-import-not-at-top
+    # (C_in x K) @ (K x C_out) products on 32-channel blocks
+    def wgrad(x, g, kernel_size, precision, rows=2):
+      kh, kw = kernel_size
+      ph, pw = kh // 2, kw // 2
+      _, h, w, ci = x.shape
+      n_tiles = -(-h // rows)
+      extra = n_tiles * rows - h
+      xp = jnp.pad(x, ((0, 0), (0, extra), (0, 0), (0, 0)))
+      gp = jnp.pad(g, ((0, 0), (ph, ph + extra), (pw, pw), (0, 0)))
+      xp, gp = lax.optimization_barrier((xp, gp))
+
+      def tile(t, acc):
+        xt = lax.dynamic_slice_in_dim(xp, t * rows, rows, axis=1)
+        gt = lax.dynamic_slice_in_dim(gp, t * rows, rows + 2 * ph, axis=1)
+        taps = [jnp.concatenate([jnp.einsum("bhwi,bhwo->io", xt[..., c:c + 32],
+                                            gt[:, 2 * ph - i:2 * ph - i + rows, 2 * pw - j:2 * pw - j + w],
+                                            precision=precision) for c in range(0, ci, 32)], axis=0)
+                for i in range(kh) for j in range(kw)]
+        return acc + jnp.stack(taps)
+      acc = lax.fori_loop(0, n_tiles, tile, jnp.zeros((kh * kw, ci, g.shape[-1]), jnp.float32))
+      return acc.reshape(kh, kw, ci, g.shape[-1])
+    cpu_kernels._taps_weight_grad = wgrad  # pylint: disable=protected-access
+  elif name == "nconv_library_dgrad":  # NConv input gradient by the library convolution (before 2026-11-26 evening)
+    import jax  # pylint: disable=g-import-not-at-top
+    def bwd(res, g):
+      a, w = res
+      return jax.vjp(lambda a_, w_: cpu_kernels._lax_same_conv(a_, w_, layers.NCONV_PRECISION), a, w)[1](g)  # pylint: disable=protected-access
+    cpu_kernels._taps_conv_fast_fwd.defvjp(cpu_kernels._taps_fwd, bwd)  # pylint: disable=protected-access
   elif name:
     raise SystemExit(f"error: unknown patch {name!r}")
 
 
 def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dict:
   opts = LEVERS[name][1]
-  _patch(opts.get("patch", ""))
+  for patch in opts.get("patch", "").split(","):
+    _patch(patch)
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
