@@ -1,6 +1,7 @@
 """What each memory/speed lever does to a CPU pNCNN training step (batch 4, 352x1216): one row per process.
 
   python bench/bench_levers.py [--levers base,no_remat,...] [--repeats 3]          (prints one JSON line per row)
+  python bench/bench_levers.py --paired base,both_before [--rounds 8]            (one process, alternating steps)
 
 Each row starts a fresh process (its peak resident memory is its own) that compiles the step, runs it once and
 then times `--repeats` steps, each after a 4096^2 float32 matmul (this machine's matmul rate drifts). Reported per
@@ -106,24 +107,13 @@ def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dic
   for patch in opts.get("patch", "").split(","):
     _patch(patch)
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import models, train_step  # pylint: disable=g-import-not-at-top
 
   def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime, r.ru_stime
 
-  model = models.build_model("pncnn", remat=opts.get("remat", True))
-  state = train_step.create_train_state(model, models.init_variables(model, jax.random.key(0)),
-                                        train_step.make_optimizer(0.01))
-  rng = np.random.default_rng(0)
-  shape = (batch, height, width, 1)
-  sparse = np.where(rng.random(shape) < 0.05, rng.uniform(2, 80, shape), 0).astype(np.float32)
-  target = np.where(rng.random(shape) < 0.2, rng.uniform(2, 80, shape), 0).astype(np.float32)
-  data = {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)}
-  step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"),
-                 donate_argnums=(0,) if opts.get("donate", True) else ())
+  step, state, data = _make_step(opts, batch, height, width)
   t0 = time.perf_counter()
   compiled = step.lower(state, data).compile()
   out = {"lever": name, "compile_s": time.perf_counter() - t0,
@@ -153,6 +143,58 @@ def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dic
                 "loss": float(m["loss"]), "load": os.getloadavg()[0]}
 
 
+def _make_step(opts: dict, batch: int, height: int, width: int):
+  """The row's jitted training step (trace it after the row's code patches), a fresh state and the batch."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import models, train_step  # pylint: disable=g-import-not-at-top
+  model = models.build_model("pncnn", remat=opts.get("remat", True))
+  state = train_step.create_train_state(model, models.init_variables(model, jax.random.key(0)),
+                                        train_step.make_optimizer(0.01))
+  rng = np.random.default_rng(0)
+  shape = (batch, height, width, 1)
+  sparse = np.where(rng.random(shape) < 0.05, rng.uniform(2, 80, shape), 0).astype(np.float32)
+  target = np.where(rng.random(shape) < 0.2, rng.uniform(2, 80, shape), 0).astype(np.float32)
+  data = {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)}
+  step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"),
+                 donate_argnums=(0,) if opts.get("donate", True) else ())
+  return step, state, data
+
+
+def run_paired(names: list[str], rounds: int, height: int, width: int, batch: int) -> dict:
+  """Two code levers in one process, their steps alternating A, B, A, B, ...: drift of this machine's speed (other
+  jobs, its own clock) hits both alike, so the per-round ratio B/A is steadier than two rows' medians. The first
+  lever must have no code patch (patches cannot be undone) and both must share the environment."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  a_name, b_name = names
+  if LEVERS[a_name][1].get("patch") or LEVERS[a_name][0] != LEVERS[b_name][0]:
+    raise SystemExit(f"error: --paired {a_name},{b_name}: the first lever must have no code patch and both the "
+                     "same environment")
+  def compiled(name):
+    step, state, data = _make_step(LEVERS[name][1], batch, height, width)
+    return step.lower(state, data).compile(), state, data
+
+  progs = {a_name: compiled(a_name)}
+  for patch in LEVERS[b_name][1].get("patch", "").split(","):
+    _patch(patch)
+  progs[b_name] = compiled(b_name)
+  states = {n: p[1] for n, p in progs.items()}
+  times = {n: [] for n in progs}
+  for r in range(rounds + 1):  # round 0 warms both up (first-call costs) and is not reported
+    for n, (compiled, _, data) in progs.items():
+      t0 = time.perf_counter()
+      states[n], m = compiled(states[n], data)
+      jax.block_until_ready(m)
+      if r:
+        times[n].append(time.perf_counter() - t0)
+  ratio = [b / a for a, b in zip(times[a_name], times[b_name])]
+  return {"paired": names, "step_s": times, "median_s": {n: float(np.median(t)) for n, t in times.items()},
+          "ratio_b_over_a": ratio, "median_ratio": float(np.median(ratio)),
+          "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, "load": os.getloadavg()[0]}
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--levers", default=",".join(LEVERS), help=f"comma-separated, some of {','.join(LEVERS)}")
@@ -160,9 +202,23 @@ def main(argv=None) -> int:
   p.add_argument("--height", type=int, default=352)
   p.add_argument("--width", type=int, default=1216)
   p.add_argument("--batch", type=int, default=4)
+  p.add_argument("--paired", default="", help="two levers A,B (A without code patch): one process, alternating steps")
+  p.add_argument("--rounds", type=int, default=8, help="with --paired: timed A,B rounds")
   p.add_argument("--one", default="", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   size = dict(height=args.height, width=args.width, batch=args.batch)
+  if args.paired:
+    names = args.paired.split(",")
+    if len(names) != 2 or any(n not in LEVERS for n in names):
+      print(f"error: --paired: expected two of {','.join(LEVERS)}, got {args.paired!r}", file=sys.stderr)
+      return 2
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "XLA_FLAGS")}
+    env.update({k: v for k, v in LEVERS[names[0]][0].items() if v})
+    if os.environ.get("_BENCH_LEVERS_CHILD"):
+      print(json.dumps(run_paired(names, args.rounds, **size)), flush=True)
+      return 0
+    env["_BENCH_LEVERS_CHILD"] = "1"
+    return subprocess.call([sys.executable, __file__] + list(argv if argv is not None else sys.argv[1:]), env=env)
   if args.one:
     print(json.dumps(run_row(args.one, args.repeats, **size)), flush=True)
     return 0
