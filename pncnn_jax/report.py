@@ -7,25 +7,18 @@ result was seen; a claim that does not hold is written as not holding, with its 
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 from typing import Any
 
 import numpy as np
 
+from pncnn_jax import claims as claims_lib
 from pncnn_jax import flow_report, paper, results, viz
+from pncnn_jax.claims import fmt as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
               "pncnn_masked", "pncnn_exp", "pncnn_exp_masked")
 ABLATION_ORDER = ("pncnn_masked", "no_conf_est", "no_var_est_masked", "depth_pred_masked", "laplace_masked")
-
-
-def _f(v: Any, digits: int = 4) -> str:
-  if v is None or (isinstance(v, float) and math.isnan(v)):
-    return "n/a"
-  if isinstance(v, (int, np.integer)):
-    return str(v)
-  return f"{v:.{digits}g}"
 
 
 def _row(name: str, e: dict[str, Any]) -> str:
@@ -46,70 +39,6 @@ HEADER = ("| run | parameters | MAE [mm] | RMSE [mm] | iMAE [1/km] | iRMSE [1/km
           "val curve flat |\n|" + "---|" * 15)
 
 
-def _claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
-  """(claim, holds (None: not measured yet), the numbers) for claims (a)-(e)."""
-  out: list[tuple[str, bool | None, str]] = []
-
-  def have(*names):
-    return all(n in runs for n in names)
-
-  m = lambda n, k: runs[n]["metrics"][k]
-  for forms in (("ncnn_conf_l1_masked", "ncnn_conf_l2_masked"), ("ncnn_conf_l1", "ncnn_conf_l2")):
-    label = "masked c0" if forms[0].endswith("masked") else "official network"
-    if have("ncnn", *forms):
-      ok = all(m(f, k) < m("ncnn", k) for f in forms for k in ("mae", "rmse"))
-      nums = "; ".join(f"{f}: MAE {m(f, 'mae'):.0f} / RMSE {m(f, 'rmse'):.0f} mm" for f in forms)
-      out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", ok,
-                  f"NCNN: MAE {m('ncnn', 'mae'):.0f} / RMSE {m('ncnn', 'rmse'):.0f} mm; {nums}"))
-    else:
-      out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
-                  f"not measured yet: needs {', '.join(('ncnn',) + forms)}"))
-  for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn"):
-    title = f"(b) the learned c0 of `{name}` singles out the disturbed points"
-    if name not in runs:
-      out.append((title, None, "not measured yet"))
-      continue
-    c = runs[name]["c0"]
-    ok = (c["auroc"] >= results.AUROC_AIM and c["auroc_depth_bins"] >= results.AUROC_AIM
-          and c["c0_mean_disturbed"] <= results.C0_RATIO_MAX * c["c0_mean_clean"])
-    out.append((title, ok, f"AUROC {c['auroc']:.3f}, within depth deciles {c['auroc_depth_bins']:.3f} (aim >= "
-                f"{results.AUROC_AIM}); mean c0 disturbed {c['c0_mean_disturbed']:.3g} vs clean "
-                f"{c['c0_mean_clean']:.3g} (ratio {c['c0_mean_disturbed'] / c['c0_mean_clean']:.2f}, aim <= "
-                f"{results.C0_RATIO_MAX})"))
-  for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1")):
-    title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {results.AUSE_RATIO_MAX})"
-    if have(p, conf):
-      a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
-      out.append((title, a <= results.AUSE_RATIO_MAX * b, f"AUSE (pNCNN def.) {a:.3f} vs {b:.3f} (ratio "
-                  f"{a / b:.2f}); the paper: 0.05 vs 0.31 on KITTI"))
-    else:
-      out.append((title, None, "not measured yet"))
-  for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
-                  ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1")):
-    title = f"(d) `{p}` within {100 * results.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
-    if have(p, conf):
-      rel = {k: m(p, k) / m(conf, k) - 1 for k in ("mae", "rmse")}
-      out.append((title, all(v <= results.ACCURACY_TOLERANCE for v in rel.values()),
-                  f"MAE {m(p, 'mae'):.0f} vs {m(conf, 'mae'):.0f} mm ({100 * rel['mae']:+.1f} %), RMSE "
-                  f"{m(p, 'rmse'):.0f} vs {m(conf, 'rmse'):.0f} mm ({100 * rel['rmse']:+.1f} %)"))
-    else:
-      out.append((title, None, "not measured yet"))
-  title = "(e) confidence-based fusion beats the plain mean (4-member pNCNN ensemble, RMSE)"
-  if fusion:
-    rows = fusion["rows"]
-    best = min(("weighted_mean", "max_confidence", "mle"), key=lambda r: rows[r]["rmse"])
-    out.append((title, rows[best]["rmse"] < rows["mean"]["rmse"],
-                "RMSE [mm]: " + ", ".join(f"{r} {rows[r]['rmse']:.0f}" for r in
-                                          ("mean", "weighted_mean", "max_confidence", "mle"))))
-  else:
-    out.append((title, None, "not measured yet: needs the four ensemble runs"))
-  return out
-
-
-def _mark(ok: bool | None) -> str:
-  return {True: "**holds**", False: "**does not hold**", None: "not measured yet"}[ok]
-
-
 def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *, intro: str | None = None) -> None:
   """Writes `path` (markdown), `path`.json and the figures under <path's folder>/results/; `intro` replaces the
   paragraphs on the recipe (the demo's page)."""
@@ -117,7 +46,7 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   figdir = path.parent / "results"
   figdir.mkdir(parents=True, exist_ok=True)
   figures = _figures(runs, workdir, figdir, summary["scenes"], tuple(summary["recipe"].get("eval_crop", (128, 384))))
-  claims = _claims(runs, fusion)
+  claims = claims_lib.claims(runs, fusion)
   recipe = summary["recipe"]
   head = ["# Results: the paper's claims on the synthetic benchmark, with our own training", ""]
   if intro is not None:
@@ -125,7 +54,7 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   else:
     lines = head + _recipe_lines(summary, recipe)
   lines += ["## The claims", ""]
-  lines += [f"- {c}: {_mark(ok)}. {nums}." for c, ok, nums in claims]
+  lines += [f"- {c}: {claims_lib.mark(ok)}. {nums}." for c, ok, nums in claims]
   lines += _tables(runs, fusion, figures, summary)
   if intro is None:
     lines += flow_section(path.parent / "RESULTS_FLOW.json")
@@ -203,6 +132,7 @@ def _tables(runs, fusion, figures, summary) -> list[str]:
                    f"{_f(r['ause_gustafsson'], 3)} | {_f(r['auce'], 3)} | {_f(r['nll'], 3)} |")
   else:
     lines.append("Not measured yet: the four member runs are not all finished.")
+  lines += claims_lib.seed_lines(runs)
   lines += ["", "## Why the official network fails at this scale", "", _why(runs), ""]
   lines += ["## The claims that do not hold, and why", "", *_discussion(runs), "", "## Figures", ""]
   lines += [f"![{t}](results/{f})\n\n{t}\n" for f, t in figures]

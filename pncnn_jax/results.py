@@ -39,6 +39,24 @@ ACCURACY_TOLERANCE = 0.10  # (d): pNCNN MAE and RMSE within 10 % of NCNN-Conf-L1
 FLAT_TOLERANCE = 0.02  # convergence: best val RMSE moved < 2 % in the last 30 % of the lr-0.01 phase
 EVAL_VERSION = 2  # bump when what an evaluation measures changes: cached evaluations of another version are redone
 HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
+SEED_RUNS = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")  # one recipe, 4 seeds
+
+
+def c0_singles_out(c0: dict[str, Any]) -> bool:
+  """Claim (b) for one run's c0 statistics: AUROC and within-depth-decile AUROC >= AUROC_AIM, and mean c0 on
+  disturbed points <= C0_RATIO_MAX x the mean on clean points."""
+  return (c0["auroc"] >= AUROC_AIM and c0["auroc_depth_bins"] >= AUROC_AIM
+          and c0["c0_mean_disturbed"] <= C0_RATIO_MAX * c0["c0_mean_clean"])
+
+
+def ause_clearly_below(ause: float, ause_ref: float) -> bool:
+  """Claim (c): an AUSE at most AUSE_RATIO_MAX x the reference's."""
+  return ause <= AUSE_RATIO_MAX * ause_ref
+
+
+def accuracy_close(metrics: dict[str, float], ref: dict[str, float]) -> bool:
+  """Claim (d): MAE and RMSE each at most ACCURACY_TOLERANCE above the reference's."""
+  return all(metrics[k] / ref[k] - 1 <= ACCURACY_TOLERANCE for k in ("mae", "rmse"))
 
 
 CHECK_SCENES = 8  # the shipped weights' manifests record their metrics on the first 8 validation scenes

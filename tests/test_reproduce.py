@@ -128,3 +128,38 @@ def test_results_page_carries_the_flow_claims_and_table(tmp_path):
   assert claims and all(c in lines for c in claims) and any("(F1)" in c for c in claims)
   assert flow_report.table(rows) in lines and "`flow_pncnn`" in flow_report.table(rows)
   assert lines[-1] == "![flow_pncnn panels](results_flow/flow_pncnn_panels.png)"
+
+
+def _fake_run(mae, rmse, ause, auroc, auroc_bins, c0_dist, c0_clean):
+  return {"metrics": {"mae": mae, "rmse": rmse}, "uncertainty": {"ause_pncnn": ause},
+          "c0": {"auroc": auroc, "auroc_depth_bins": auroc_bins, "c0_mean_disturbed": c0_dist,
+                 "c0_mean_clean": c0_clean}}
+
+
+def test_claims_carry_their_spread_over_seeds():
+  """The pNCNN claims (b)-(d) say for how many of the 4 seeds of one recipe they hold; the seed table has the runs
+  and their mean (sd). Worked by hand: the reference has AUSE 0.2, MAE 500, RMSE 2500."""
+  from pncnn_jax import claims, results  # pylint: disable=g-import-not-at-top
+  runs = {"ncnn_conf_l1_masked": _fake_run(500, 2500, 0.2, 0.9, 0.85, 0.01, 0.2),
+          # seed 0: (b) no (within-decile 0.7), (c) no (0.11 > 0.1), (d) yes (+8 %, +4 %)
+          "pncnn_masked": _fake_run(540, 2600, 0.11, 0.9, 0.7, 0.1, 1.0),
+          "pncnn_masked_seed1": _fake_run(560, 2600, 0.05, 0.85, 0.82, 0.1, 1.0),   # (b) yes (c) yes (d) no
+          "pncnn_masked_seed2": _fake_run(520, 2700, 0.09, 0.2, 0.3, 2.0, 1.0),     # (b) no (c) yes (d) yes (+4, +8 %)
+          "pncnn_masked_seed3": _fake_run(510, 2550, 0.08, 0.81, 0.81, 0.5, 1.0)}   # (b) yes (c) yes (d) yes
+  got = {c: (ok, nums) for c, ok, nums in claims.claims(runs, None)}
+  b = got["(b) the learned c0 of `pncnn_masked` singles out the disturbed points"]
+  c = got[f"(c) `pncnn_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
+  d = got["(d) `pncnn_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"]
+  assert (b[0], c[0], d[0]) == (False, False, True)  # the verdict is seed 0's, as before
+  assert b[1].endswith("it holds for 2 of 4 (table 'Spread over seeds')")
+  assert c[1].endswith("it holds for 3 of 4 (table 'Spread over seeds')")
+  assert d[1].endswith("it holds for 3 of 4 (table 'Spread over seeds')")
+  assert "over seeds" not in got["(b) the learned c0 of `ncnn_conf_l1_masked` singles out the disturbed points"][1]
+  lines = claims.seed_lines(runs)
+  assert lines[1].startswith("## Spread over seeds")
+  rows = [ln for ln in lines if ln.startswith("| `pncnn_masked")]
+  assert len(rows) == 4 and rows[0].startswith("| `pncnn_masked` | 540 | 2600 | 0.11 | 0.9 | 0.7 | 0.1 |")
+  assert lines[-2].startswith("| mean (sd) | 532.5 (22.2) | 2612 (62.9) |")
+  assert "AUROC of c0 spans 0.20-0.90 (1 below 0.5" in lines[-1] and "spans 0.050-0.110 against 0.200" in lines[-1]
+  del runs["pncnn_masked_seed3"]
+  assert claims.seed_lines(runs) == [] and "over seeds" not in claims.claims(runs, None)[3][2]
