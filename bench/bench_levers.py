@@ -172,9 +172,14 @@ def run_paired(names: list[str], rounds: int, height: int, width: int, batch: in
   if LEVERS[a_name][1].get("patch") or LEVERS[a_name][0] != LEVERS[b_name][0]:
     raise SystemExit(f"error: --paired {a_name},{b_name}: the first lever must have no code patch and both the "
                      "same environment")
+  compile_s = {}
+
   def compiled(name):
     step, state, data = _make_step(LEVERS[name][1], batch, height, width)
-    return step.lower(state, data).compile(), state, data
+    t0 = time.perf_counter()
+    program = step.lower(state, data).compile()
+    compile_s[name] = time.perf_counter() - t0
+    return program, state, data
 
   progs = {a_name: compiled(a_name)}
   for patch in LEVERS[b_name][1].get("patch", "").split(","):
@@ -190,7 +195,7 @@ def run_paired(names: list[str], rounds: int, height: int, width: int, batch: in
       if r:
         times[n].append(time.perf_counter() - t0)
   ratio = [b / a for a, b in zip(times[a_name], times[b_name])]
-  return {"paired": names, "step_s": times, "median_s": {n: float(np.median(t)) for n, t in times.items()},
+  return {"paired": names, "compile_s": compile_s, "step_s": times, "median_s": {n: float(np.median(t)) for n, t in times.items()},
           "ratio_b_over_a": ratio, "median_ratio": float(np.median(ratio)),
           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, "load": os.getloadavg()[0]}
 

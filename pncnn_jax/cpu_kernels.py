@@ -65,10 +65,14 @@ def _taps_fwd(a, w):
 
 
 def _taps_bwd(res, g):
-  # dL/da is the same convolution of g with the kernel flipped in space and transposed in channels (odd kernels,
-  # symmetric padding): fused taps again, 3-10x faster than the library's input gradient for these 1-4 channel
-  # layers. dL/dW (kh*kw*C_in*C_out whole-image sums) stays the library's weight gradient.
+  # From TAPS_DGRAD_MIN_PIXELS pixels, dL/da is the same convolution of g with the kernel flipped in space and
+  # transposed in channels (odd kernels, symmetric padding): fused taps again, 3-10x faster than the library's
+  # input gradient for these 1-4 channel layers (4.6 % of a 352x1216 batch-4 pNCNN step, docs/BENCHMARKS.md).
+  # Below it the library's: the fused sum costs ~20 % more compile time in a small training program and gains
+  # nothing measurable there. dL/dW (kh*kw*C_in*C_out whole-image sums) is always the library's.
   a, w = res
+  if math.prod(a.shape[:3]) < TAPS_DGRAD_MIN_PIXELS:
+    return jax.vjp(lambda a_, w_: _lax_same_conv(a_, w_, NCONV_PRECISION), a, w)[1](g)
   da = _taps_same_conv(g, jnp.transpose(w[::-1, ::-1], (0, 1, 3, 2)))
   dw = jax.vjp(lambda w_: _lax_same_conv(a, w_, NCONV_PRECISION), w)[1](g)[0]
   return da, dw
@@ -78,6 +82,8 @@ _taps_conv_fast_fwd.defvjp(_taps_fwd, _taps_bwd)
 
 # Layers with at most this many (C_in * C_out) channel pairs use the fused-taps forward (all NConvUNet layers).
 TAPS_MAX_CHANNEL_PAIRS = 8
+# ... and, from this many pixels (B*H*W of the layer's input), the fused-taps input gradient.
+TAPS_DGRAD_MIN_PIXELS = 65536
 
 
 def nconv_conv(a: Array, w: Array, precision) -> Array:

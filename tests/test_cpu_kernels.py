@@ -19,10 +19,13 @@ def _rand(key, shape, lo=0.0, hi=1.0):
   return jax.random.uniform(jax.random.key(key), shape, jnp.float32, lo, hi)
 
 
+@pytest.mark.parametrize("taps_dgrad", [True, False])
 @pytest.mark.parametrize("shape", [(5, 5, 1, 2), (5, 5, 2, 2), (3, 3, 4, 2), (1, 1, 2, 1)])
-def test_fused_taps_forward_equals_the_reference(shape):
-  """The NConv layers' shapes (all of NConvUNet): the taps path is taken and agrees with lax, values and grads."""
+def test_fused_taps_forward_equals_the_reference(shape, taps_dgrad, monkeypatch):
+  """The NConv layers' shapes (all of NConvUNet): the taps path is taken and agrees with lax, values and grads;
+  the input gradient is the fused taps' from TAPS_DGRAD_MIN_PIXELS pixels on, the library's below."""
   assert shape[2] * shape[3] <= cpu_kernels.TAPS_MAX_CHANNEL_PAIRS
+  monkeypatch.setattr(cpu_kernels, "TAPS_DGRAD_MIN_PIXELS", 0 if taps_dgrad else 3 * 11 * 17 + 1)
   a, w = _rand(0, (3, 11, 17, shape[2]), 0, 2), _rand(1, shape, 0, 1)
   y, vjp = jax.vjp(lambda a_, w_: cpu_kernels.nconv_conv(a_, w_, HI), a, w)
   y_ref, vjp_ref = jax.vjp(lambda a_, w_: conv.same_conv(a_, w_, HI), a, w)
@@ -31,7 +34,10 @@ def test_fused_taps_forward_equals_the_reference(shape):
   (da, dw), (da_ref, dw_ref) = vjp(g), vjp_ref(g)
   # dL/da: fused taps of g with the flipped, transposed kernel (its own sum order); dL/dW: the library's.
   np.testing.assert_allclose(da, da_ref, rtol=0, atol=1e-5 * float(jnp.max(jnp.abs(da_ref))))
-  assert float(jnp.max(jnp.abs(da - da_ref))) > 0 or shape[:2] == (1, 1)  # the taps path, not the library's
+  if taps_dgrad:
+    assert float(jnp.max(jnp.abs(da - da_ref))) > 0 or shape[:2] == (1, 1)  # the taps path, not the library's
+  else:
+    np.testing.assert_array_equal(da, da_ref)
   np.testing.assert_array_equal(dw, dw_ref)
 
 
