@@ -13,7 +13,9 @@ was (keeps freed memory), jemalloc or tcmalloc (LD_PRELOAD, Debian/Ubuntu paths)
 per input, the NConv backward by autodiff of its fused taps, NConv numerator and denominator as two convolutions,
 two XLA CPU flags, and the two kernels replaced on 2026-11-26 (evening), each put back alone and both together:
 the UNet weight gradient on 2-row tiles with (C_in x K) @ (K x C_out) products on 32-channel blocks
-(`wgrad_2row_tiles`) and the NConv input gradient by the library convolution (`nconv_library_dgrad`). Results on this machine: docs/BENCHMARKS.md ("Levers").
+(`wgrad_2row_tiles`) and the NConv input gradient by the library convolution (`nconv_library_dgrad`).
+`--paired A,B` runs two code levers in one process instead, their steps alternating. Results on this machine:
+docs/BENCHMARKS.md ("Levers").
 """
 
 from __future__ import annotations
@@ -93,19 +95,27 @@ def _patch(name: str) -> None:
       return acc.reshape(kh, kw, ci, g.shape[-1])
     cpu_kernels._taps_weight_grad = wgrad  # pylint: disable=protected-access
   elif name == "nconv_library_dgrad":  # NConv input gradient by the library convolution (before 2026-11-26 evening)
-    import jax  # pylint: disable=g-import-not-at-top
-    def bwd(res, g):
-      a, w = res
-      return jax.vjp(lambda a_, w_: cpu_kernels._lax_same_conv(a_, w_, layers.NCONV_PRECISION), a, w)[1](g)  # pylint: disable=protected-access
-    cpu_kernels._taps_conv_fast_fwd.defvjp(cpu_kernels._taps_fwd, bwd)  # pylint: disable=protected-access
+    cpu_kernels.TAPS_DGRAD_MIN_PIXELS = sys.maxsize  # the library's below the threshold: now at every size
   elif name:
     raise SystemExit(f"error: unknown patch {name!r}")
 
 
+def _apply_patches(name: str) -> None:
+  """The lever's code patches (comma-separated in its 'patch' option), before anything is traced."""
+  for patch in LEVERS[name][1].get("patch", "").split(","):
+    _patch(patch)
+
+
+def _lever_env(name: str) -> dict[str, str]:
+  """This process's environment with the lever's allocator/XLA settings in place of ours."""
+  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "XLA_FLAGS")}
+  env.update({k: v for k, v in LEVERS[name][0].items() if v})
+  return env
+
+
 def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dict:
   opts = LEVERS[name][1]
-  for patch in opts.get("patch", "").split(","):
-    _patch(patch)
+  _apply_patches(name)
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -165,13 +175,10 @@ def _make_step(opts: dict, batch: int, height: int, width: int):
 def run_paired(names: list[str], rounds: int, height: int, width: int, batch: int) -> dict:
   """Two code levers in one process, their steps alternating A, B, A, B, ...: drift of this machine's speed (other
   jobs, its own clock) hits both alike, so the per-round ratio B/A is steadier than two rows' medians. The first
-  lever must have no code patch (patches cannot be undone) and both must share the environment."""
+  lever must have no code patch (patches cannot be undone) and both must share the environment (`main` checks)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   a_name, b_name = names
-  if LEVERS[a_name][1].get("patch") or LEVERS[a_name][0] != LEVERS[b_name][0]:
-    raise SystemExit(f"error: --paired {a_name},{b_name}: the first lever must have no code patch and both the "
-                     "same environment")
   compile_s = {}
 
   def compiled(name):
@@ -182,21 +189,21 @@ def run_paired(names: list[str], rounds: int, height: int, width: int, batch: in
     return program, state, data
 
   progs = {a_name: compiled(a_name)}
-  for patch in LEVERS[b_name][1].get("patch", "").split(","):
-    _patch(patch)
+  _apply_patches(b_name)
   progs[b_name] = compiled(b_name)
   states = {n: p[1] for n, p in progs.items()}
   times = {n: [] for n in progs}
   for r in range(rounds + 1):  # round 0 warms both up (first-call costs) and is not reported
-    for n, (compiled, _, data) in progs.items():
+    for n, (program, _, data) in progs.items():
       t0 = time.perf_counter()
-      states[n], m = compiled(states[n], data)
+      states[n], m = program(states[n], data)
       jax.block_until_ready(m)
       if r:
         times[n].append(time.perf_counter() - t0)
   ratio = [b / a for a, b in zip(times[a_name], times[b_name])]
-  return {"paired": names, "compile_s": compile_s, "step_s": times, "median_s": {n: float(np.median(t)) for n, t in times.items()},
-          "ratio_b_over_a": ratio, "median_ratio": float(np.median(ratio)),
+  return {"paired": names, "compile_s": compile_s, "step_s": times,
+          "median_s": {n: float(np.median(t)) for n, t in times.items()}, "ratio_b_over_a": ratio,
+          "median_ratio": float(np.median(ratio)),
           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, "load": os.getloadavg()[0]}
 
 
@@ -217,8 +224,11 @@ def main(argv=None) -> int:
     if len(names) != 2 or any(n not in LEVERS for n in names):
       print(f"error: --paired: expected two of {','.join(LEVERS)}, got {args.paired!r}", file=sys.stderr)
       return 2
-    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "XLA_FLAGS")}
-    env.update({k: v for k, v in LEVERS[names[0]][0].items() if v})
+    if LEVERS[names[0]][1].get("patch") or LEVERS[names[0]][0] != LEVERS[names[1]][0]:
+      print(f"error: --paired={args.paired}: the first lever must have no code patch, and both the same "
+            "environment", file=sys.stderr)
+      return 2
+    env = _lever_env(names[0])
     if os.environ.get("_BENCH_LEVERS_CHILD"):
       print(json.dumps(run_paired(names, args.rounds, **size)), flush=True)
       return 0
@@ -231,8 +241,7 @@ def main(argv=None) -> int:
     if name not in LEVERS:
       print(f"error: --levers: unknown lever {name!r}; expected some of {','.join(LEVERS)}", file=sys.stderr)
       return 2
-    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "XLA_FLAGS")}
-    env.update({k: v for k, v in LEVERS[name][0].items() if v})
+    env = _lever_env(name)
     out = subprocess.run([sys.executable, __file__, "--one", name, f"--repeats={args.repeats}",
                           f"--height={args.height}", f"--width={args.width}", f"--batch={args.batch}"],
                          env=env, capture_output=True, text=True, check=False)

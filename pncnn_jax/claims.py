@@ -6,20 +6,12 @@ does not hold is written as not holding, with its numbers (docs/RESULTS.md).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from pncnn_jax import results
-
-
-def fmt(v: Any, digits: int = 4) -> str:
-  if v is None or (isinstance(v, float) and math.isnan(v)):
-    return "n/a"
-  if isinstance(v, (int, np.integer)):
-    return str(v)
-  return f"{v:.{digits}g}"
+from pncnn_jax import paper, results
+from pncnn_jax.run_files import format_value as fmt
 
 
 def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
@@ -84,18 +76,18 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
 
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
-  """'; seeds 0-3 of the same recipe: it holds for k of 4' where `name` is seed 0 of results.SEED_RUNS."""
-  if name != results.SEED_RUNS[0] or not all(n in runs for n in results.SEED_RUNS):
+  """'; over seeds 0-3 … it holds for k of 4' where `name` is seed 0 of paper.ENSEMBLE (one recipe, 4 seeds)."""
+  if name != paper.ENSEMBLE[0] or not all(n in runs for n in paper.ENSEMBLE):
     return ""
-  k = sum(bool(holds(runs[n])) for n in results.SEED_RUNS)
-  return f"; over seeds 0-3 of the same recipe it holds for {k} of {len(results.SEED_RUNS)} (table 'Spread over seeds')"
+  k = sum(bool(holds(runs[n])) for n in paper.ENSEMBLE)
+  return f"; over seeds 0-3 of the same recipe it holds for {k} of {len(paper.ENSEMBLE)} (table 'Spread over seeds')"
 
 
 def seed_lines(runs: dict[str, Any]) -> list[str]:
   """The pNCNN (masked c0) runs of seeds 0-3: one recipe, so their spread is what one run's figures carry."""
-  if not all(n in runs for n in results.SEED_RUNS):
+  if not all(n in runs for n in paper.ENSEMBLE):
     return []
-  rows = [(n, runs[n]["metrics"], runs[n]["uncertainty"], runs[n]["c0"]) for n in results.SEED_RUNS]
+  rows = [(n, runs[n]["metrics"], runs[n]["uncertainty"], runs[n]["c0"]) for n in paper.ENSEMBLE]
   cols = {"MAE [mm]": [m["mae"] for _, m, _, _ in rows], "RMSE [mm]": [m["rmse"] for _, m, _, _ in rows],
           "AUSE (pNCNN)": [u["ause_pncnn"] for _, _, u, _ in rows], "AUROC c0": [c["auroc"] for *_, c in rows],
           "same, within depth deciles": [c["auroc_depth_bins"] for *_, c in rows],

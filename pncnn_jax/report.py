@@ -14,7 +14,7 @@ import numpy as np
 
 from pncnn_jax import claims as claims_lib
 from pncnn_jax import flow_report, paper, results, viz
-from pncnn_jax.claims import fmt as _f
+from pncnn_jax.run_files import format_value as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
               "pncnn_masked", "pncnn_exp", "pncnn_exp_masked")

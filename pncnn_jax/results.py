@@ -39,7 +39,6 @@ ACCURACY_TOLERANCE = 0.10  # (d): pNCNN MAE and RMSE within 10 % of NCNN-Conf-L1
 FLAT_TOLERANCE = 0.02  # convergence: best val RMSE moved < 2 % in the last 30 % of the lr-0.01 phase
 EVAL_VERSION = 2  # bump when what an evaluation measures changes: cached evaluations of another version are redone
 HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
-SEED_RUNS = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")  # one recipe, 4 seeds
 
 
 def c0_singles_out(c0: dict[str, Any]) -> bool:

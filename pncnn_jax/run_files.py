@@ -107,17 +107,21 @@ def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> No
   path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
+def format_value(v: Any, digits: int = 4) -> str:
+  """A table cell: floats to `digits` significant digits, integers and other values as they print, missing or
+  NaN values as n/a."""
+  if v is None or (isinstance(v, (float, np.floating)) and math.isnan(v)):
+    return "n/a"
+  if isinstance(v, (float, np.floating)):
+    return f"{v:.{digits}g}"
+  return str(v)
+
+
 def markdown_table(rows: Mapping[str, Mapping[str, Any]], keys: list[str], units: Mapping[str, str],
                    header: str = "model") -> str:
   """A markdown table, one row per named result, one column per key (its unit in brackets where `units` has
-  one); floats to 4 significant digits, missing or NaN values as n/a."""
+  one); cells by `format_value`."""
   head = [header] + [f"{k} [{units[k]}]" if k in units else k for k in keys]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for name, r in rows.items():
-    cells = [name]
-    for k in keys:
-      v = r.get(k)
-      cells.append("n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else
-                   (f"{v:.4g}" if isinstance(v, float) else str(v)))
-    lines.append("| " + " | ".join(cells) + " |")
+  lines += ["| " + " | ".join([name] + [format_value(r.get(k)) for k in keys]) + " |" for name, r in rows.items()]
   return "\n".join(lines)

@@ -62,5 +62,3 @@ def crop_window(height: int, width: int, crop_h: int, crop_w: int, mode: str,
     return None
   top, left = crop_offsets(height, width, crop_h, crop_w, mode, rng)
   return top, left, crop_h, crop_w
-
-
