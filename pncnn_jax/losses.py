@@ -7,7 +7,7 @@ Normalisation, exactly as the official `common/losses.py` computes it:
 
 * `masked_l1`, `masked_l2` divide by **all** B*H*W pixels (invalid pixels contribute 0), docs/SPEC.md
   §6.
-* `gaussian_nll`, `gaussian_nll_exp`, `laplace_nll` divide by |V|.
+* `gaussian_nll`, `gaussian_nll_beta`, `gaussian_nll_exp`, `laplace_nll` divide by |V|.
 
 An empty valid set gives a loss of exactly 0 (not NaN) and zero gradients. Values at invalid
 pixels never reach the result or its gradient, even when they are inf or NaN (the reference
@@ -17,6 +17,7 @@ multiplies by the mask instead, so there `0 * inf` would give NaN).
 `get_loss(name)` looks one up. Each loss also declares, once, what the model's output confidence c means
 for it: `PRECISION_RULES[name]` gives the precision 1/sigma^2 [1/m^2] of the distribution it fits,
   gaussian_nll       1/sigma^2 = c           c is the precision (docs/SPEC.md §6)
+  gaussian_nll_beta  1/sigma^2 = c           the same Gaussian, fitted with per-pixel weights sg[sigma^(2 beta)]
   gaussian_nll_exp   1/sigma^2 = exp(c)      the data term's precision
   laplace_nll        1/sigma^2 = c^2 / 2     c = 1/b, Laplace std sqrt(2) b
   masked_l1 / l2     None: the confidence is the propagated NConv confidence, not calibrated
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # models.py is only needed for the annotation.
 
 # Added to the precision inside the log, as in the reference (docs/SPEC.md §6).
 LOG_EPS = 1e-16
+# The exponent of the beta-NLL weights (`gaussian_nll_beta`): 0.5, the value its authors recommend.
+NLL_BETA = 0.5
 
 
 def _check(name: str, **arrays: jax.Array) -> None:
@@ -124,6 +127,34 @@ def gaussian_nll(pred: jax.Array, precision: jax.Array, target: jax.Array) -> ja
   return _valid_mean(c * jnp.square(err) - jnp.log(c + LOG_EPS), valid)
 
 
+def gaussian_nll_beta(pred: jax.Array, precision: jax.Array, target: jax.Array, beta: float = NLL_BETA) -> jax.Array:
+  """The pNCNN loss with beta-NLL weights (Seitzer et al., ICLR 2022); our option, not in the paper or its code.
+
+    L = (1/|V|) sum_V sg[(c + 1e-16)^(-beta)] [ c (t - mu)^2 - log(c + 1e-16) ]
+
+  sg = stop-gradient, c the predicted precision as in `gaussian_nll` (sigma^2 = 1/c), so the weight is
+  sg[sigma^(2 beta)]. In the plain NLL the gradient on the prediction is 2 c (mu - t): pixels the network
+  predicts as uncertain (depth edges, far surfaces, disturbed points) teach the depth path almost nothing, which
+  costs MAE. The weight scales each pixel's whole term, so for beta = 1 the gradient on mu is the L2 loss's,
+  2 (mu - t), and for beta = 0 this is `gaussian_nll`. The per-pixel optimum over c is unchanged, c = 1/e^2,
+  so the confidence is still a calibrated precision [1/m^2].
+
+  Args:
+    pred: (B, H, W, 1) predicted depth mu [m].
+    precision: (B, H, W, 1) c >= 0 [1/m^2].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+    beta: the exponent, >= 0.
+
+  Returns:
+    () float32, the mean over V pooled over the batch; 0 when V is empty.
+  """
+  if not beta >= 0:
+    raise ValueError(f"gaussian_nll_beta: beta must be >= 0, got {beta!r}")
+  err, c, valid = _prob_terms("gaussian_nll_beta", pred, precision, target)
+  weight = jax.lax.stop_gradient(jnp.power(c + LOG_EPS, -beta))
+  return _valid_mean(weight * (c * jnp.square(err) - jnp.log(c + LOG_EPS)), valid)
+
+
 def gaussian_nll_exp(pred: jax.Array, c: jax.Array, target: jax.Array) -> jax.Array:
   """pNCNN-Exp loss as the reference computes it, official `MaskedProbExpLoss` (docs/SPEC.md §6).
 
@@ -181,6 +212,10 @@ def _gaussian_nll(out: ModelOutput, target: jax.Array) -> jax.Array:
   return gaussian_nll(out.depth, out.confidence, target)
 
 
+def _gaussian_nll_beta(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return gaussian_nll_beta(out.depth, out.confidence, target)
+
+
 def _gaussian_nll_exp(out: ModelOutput, target: jax.Array) -> jax.Array:
   return gaussian_nll_exp(out.depth, out.confidence, target)
 
@@ -193,6 +228,7 @@ LOSSES: dict[str, Callable[[ModelOutput, jax.Array], jax.Array]] = {
     "masked_l1": _masked_l1,  # official ncnn_conf_l1 (MaskedL1Loss)
     "masked_l2": _masked_l2,  # official ncnn_conf_l2 (MaskedL2Loss)
     "gaussian_nll": _gaussian_nll,  # official pncnn (MaskedProbLoss), uses out.confidence
+    "gaussian_nll_beta": _gaussian_nll_beta,  # pncnn_beta: our option, beta-NLL weights (NLL_BETA)
     "gaussian_nll_exp": _gaussian_nll_exp,  # official pncnn_exp (MaskedProbExpLoss)
     "laplace_nll": _laplace_nll,  # Laplace ablation, uses out.confidence as 1/b
     **flow_losses.LOSSES,  # sparse optical flow (pncnn_jax.flow): flow_epe, flow_nll
@@ -213,6 +249,7 @@ PRECISION_RULES: dict[str, Callable[[Any, Any], Any] | None] = {
     "masked_l1": None,  # no calibrated sigma
     "masked_l2": None,
     "gaussian_nll": lambda c, xp: c,
+    "gaussian_nll_beta": lambda c, xp: c,
     "gaussian_nll_exp": _exp_precision,
     "laplace_nll": lambda c, xp: 0.5 * c * c,
     **flow_losses.PRECISION_RULES,  # flow_nll: c [1/px^2]

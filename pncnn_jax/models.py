@@ -336,6 +336,8 @@ VARIANTS: dict[str, Variant] = {
     "no_var_est": Variant("softplus", "none", "gaussian_nll", "ablation: NConv cout used as the precision"),
     "depth_pred": Variant("softplus", "cout_depth", "gaussian_nll", "ablation: var-est also sees the prediction"),
     "laplace": Variant("softplus", "cout", "laplace_nll", "ablation: Laplace NLL"),
+    "pncnn_beta": Variant("softplus", "cout", "gaussian_nll_beta",
+                          "pNCNN trained with beta-NLL weights (our option, not the paper's)"),
 }
 
 

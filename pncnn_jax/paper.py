@@ -40,7 +40,7 @@ class Run:
   variant: str
   masked: bool = False
   seed: int = 0
-  group: str = "main"  # 'main' | 'ablation' | 'ensemble' (the tables a run appears in)
+  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' (the tables a run appears in)
 
 
 # In training order: the models the claims need first, the official (unmasked) forms next, then the extra
@@ -60,6 +60,9 @@ RUNS: tuple[Run, ...] = (
     Run("no_var_est_masked", "no_var_est", True, 0, "ablation"),
     Run("depth_pred_masked", "depth_pred", True, 0, "ablation"),
     Run("laplace_masked", "laplace", True, 0, "ablation"),
+    # Our option against claims (b) and (d): pNCNN trained with beta-NLL weights, two seeds.
+    Run("pncnn_beta_masked", "pncnn_beta", True, 0, "beta"),
+    Run("pncnn_beta_masked_seed1", "pncnn_beta", True, 1, "beta"),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import flow_report, paper, results, viz
+from pncnn_jax import flow_report, losses, paper, results, viz
 from pncnn_jax.run_files import format_value as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
@@ -306,7 +306,7 @@ def _panel(runs, workdir, figdir, plt, crop):
     show(axes[i, 0], p["depth_0"], f"{n}: prediction", "turbo", "depth [m]", 0, vmax)
     show(axes[i, 1], p["error_0"], f"{n}: |error| at ground truth", "magma", "error [m]", 0, 5)
     unc = p["uncertainty_0"]
-    if runs[n]["loss"] in ("gaussian_nll", "gaussian_nll_exp", "laplace_nll"):
+    if runs[n]["loss"] in losses.PROBABILISTIC_LOSSES:
       show(axes[i, 2], unc, f"{n}: predicted sigma", "viridis", "sigma [m] (log)", max(float(np.nanmin(unc)), 1e-3),
            max(float(np.nanmax(unc)), 1e-2), log=True)
     else:

@@ -119,6 +119,7 @@ def test_laplace_nll_is_the_laplace_nll_minus_log_2():
 
 @pytest.mark.parametrize("name,optimum", [
     ("gaussian_nll", lambda e: 1 / e**2),  # d/dc (c e^2 - log c) = 0
+    ("gaussian_nll_beta", lambda e: 1 / e**2),  # the weight is a constant under the gradient: same optimum
     ("laplace_nll", lambda e: 1 / abs(e)),  # d/dc (c|e| - log c) = 0
 ])
 def test_per_pixel_minimiser_over_c(name, optimum):
@@ -128,6 +129,8 @@ def test_per_pixel_minimiser_over_c(name, optimum):
   c_star = optimum(e)
   g = jax.grad(lambda c: fn(mu, c, t))(jnp.full((1, 1, 1, 1), c_star))
   np.testing.assert_allclose(g, 0.0, atol=1e-4)
+  if name == "gaussian_nll_beta":
+    return  # its value is not minimised there (the weight is part of it); its training fixed point is
   cs = c_star * np.array([0.5, 0.9, 1.0, 1.1, 2.0])
   vals = [float(fn(mu, jnp.full((1, 1, 1, 1), c), t)) for c in cs]
   assert np.argmin(vals) == 2
@@ -144,7 +147,29 @@ def test_gaussian_nll_exp_per_pixel_optimum():
   np.testing.assert_allclose(g, 0.0, atol=1e-5)
 
 
-ALL_FNS = ["masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_exp", "laplace_nll"]
+def test_gaussian_nll_beta_weights_each_pixel_by_sigma_to_the_2_beta():
+  """beta-NLL: the value is the mean of c^-beta (c e^2 - log c); beta = 0 is the pNCNN loss; for beta = 1 the
+  gradient on mu is the L2 loss's, 2 (mu - t) / |V|, whatever the precision; the weight carries no gradient."""
+  rng = np.random.default_rng(2)
+  mu = rng.uniform(1, 50, (2, 5, 5, 1)).astype(np.float32)
+  t = (mu + rng.normal(0, 2, mu.shape)).astype(np.float32) * (rng.random(mu.shape) > 0.4)
+  c = rng.uniform(0.05, 3, mu.shape).astype(np.float32)
+  v = t > 0
+  e, cv = (t[v] - mu[v]).astype(np.float64), c[v].astype(np.float64)
+  for beta in (0.5, 1.0):
+    want = np.mean(cv ** -beta * (cv * e**2 - np.log(cv)))
+    np.testing.assert_allclose(losses.gaussian_nll_beta(mu, c, t, beta), want, rtol=1e-5)
+  assert float(losses.gaussian_nll_beta(mu, c, t, 0.0)) == float(losses.gaussian_nll(mu, c, t))
+  g_mu, g_c = jax.grad(lambda m, p: losses.gaussian_nll_beta(m, p, t, 1.0), argnums=(0, 1))(mu, c)
+  np.testing.assert_allclose(np.asarray(g_mu)[v], 2 * (mu[v] - t[v]) / v.sum(), rtol=1e-4)
+  np.testing.assert_array_equal(np.asarray(g_mu)[~v], 0.0)
+  # d/dc of the term with the weight held fixed: c^-beta (e^2 - 1/c).
+  np.testing.assert_allclose(np.asarray(g_c)[v], cv ** -1.0 * (e**2 - 1 / cv) / v.sum(), rtol=1e-4)
+  with pytest.raises(ValueError, match="gaussian_nll_beta: beta must be >= 0, got -0.5"):
+    losses.gaussian_nll_beta(mu, c, t, -0.5)
+
+
+ALL_FNS = ["masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp", "laplace_nll"]
 
 
 def _call(name, pred, c, target):
@@ -179,7 +204,7 @@ def test_invalid_pixels_cannot_leak_inf_or_nan(name):
 
 
 def test_registry_and_get_loss():
-  assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_exp",
+  assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp",
                                 "laplace_nll", "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow_losses
   with pytest.raises(ValueError, match="unknown loss 'l3'.*gaussian_nll.*masked_l1"):
     losses.get_loss("l3")
@@ -187,7 +212,7 @@ def test_registry_and_get_loss():
   pred, target = _small_case()
   c = jnp.array([0.3, 0.5, 2.0, 1.5]).reshape(1, 2, 2, 1)
   out = FakeOutput(pred, c, jnp.full_like(c, 9.0), jnp.full_like(c, 9.0))
-  for name in ("gaussian_nll", "gaussian_nll_exp", "laplace_nll"):
+  for name in ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp", "laplace_nll"):
     assert float(losses.get_loss(name)(out, target)) == float(_call(name, pred, c, target))
 
 
@@ -203,9 +228,10 @@ def test_each_loss_declares_its_precision_rule():
   """1/sigma^2 of the distribution each loss fits: c (Gaussian), exp(c) (the Exp data term), c^2/2 (Laplace with
   b = 1/c: variance 2 b^2); none for L1/L2. numpy in float64, jax in its own dtype."""
   assert set(losses.PRECISION_RULES) == set(losses.LOSSES)
-  assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_exp", "laplace_nll", "flow_nll")
+  assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp", "laplace_nll",
+                                         "flow_nll")
   c = np.array([0.5, 2.0, 30.0], np.float32)
-  for name, want in (("gaussian_nll", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
+  for name, want in (("gaussian_nll", c), ("gaussian_nll_beta", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
                      ("laplace_nll", c.astype(np.float64) ** 2 / 2)):
     got = losses.precision_of(c, name)
     assert got.dtype == np.float64
