@@ -32,7 +32,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
     else:
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
                   f"not measured yet: needs {', '.join(('ncnn',) + forms)}"))
-  for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn"):
+  for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked"):
     title = f"(b) the learned c0 of `{name}` singles out the disturbed points"
     if name not in runs:
       out.append((title, None, "not measured yet"))
@@ -42,7 +42,8 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                 f"{results.AUROC_AIM}); mean c0 disturbed {c['c0_mean_disturbed']:.3g} vs clean "
                 f"{c['c0_mean_clean']:.3g} (ratio {c['c0_mean_disturbed'] / c['c0_mean_clean']:.2f}, aim <= "
                 f"{results.C0_RATIO_MAX})" + _seeds_note(runs, name, lambda r: results.c0_singles_out(r["c0"]))))
-  for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1")):
+  for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1"),
+                  ("pncnn_beta_masked", "ncnn_conf_l1_masked")):
     title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {results.AUSE_RATIO_MAX})"
     if have(p, conf):
       a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
@@ -52,7 +53,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
     else:
       out.append((title, None, "not measured yet"))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
-                  ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1")):
+                  ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked")):
     title = f"(d) `{p}` within {100 * results.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
     if have(p, conf):
       rel = {k: m(p, k) / m(conf, k) - 1 for k in ("mae", "rmse")}
@@ -76,40 +77,50 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
 
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
-  """'; over seeds 0-3 … it holds for k of 4' where `name` is seed 0 of paper.ENSEMBLE (one recipe, 4 seeds)."""
-  if name != paper.ENSEMBLE[0] or not all(n in runs for n in paper.ENSEMBLE):
+  """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group whose runs are all done."""
+  group = paper.SEED_GROUPS.get(name, ())
+  if not group or not all(n in runs for n in group):
     return ""
-  k = sum(bool(holds(runs[n])) for n in paper.ENSEMBLE)
-  return f"; over seeds 0-3 of the same recipe it holds for {k} of {len(paper.ENSEMBLE)} (table 'Spread over seeds')"
+  k = sum(bool(holds(runs[n])) for n in group)
+  return (f"; over seeds 0-{len(group) - 1} of the same recipe it holds for {k} of {len(group)} "
+          "(table 'Spread over seeds')")
+
+
+def _seed_columns(runs: dict[str, Any], group: tuple[str, ...]) -> dict[str, list[float]]:
+  m, u, c = ([runs[n][k] for n in group] for k in ("metrics", "uncertainty", "c0"))
+  return {"MAE [mm]": [x["mae"] for x in m], "RMSE [mm]": [x["rmse"] for x in m],
+          "AUSE (pNCNN)": [x["ause_pncnn"] for x in u], "AUROC c0": [x["auroc"] for x in c],
+          "same, within depth deciles": [x["auroc_depth_bins"] for x in c],
+          "c0 disturbed / clean": [x["c0_mean_disturbed"] / x["c0_mean_clean"] for x in c]}
 
 
 def seed_lines(runs: dict[str, Any]) -> list[str]:
-  """The pNCNN (masked c0) runs of seeds 0-3: one recipe, so their spread is what one run's figures carry."""
-  if not all(n in runs for n in paper.ENSEMBLE):
+  """Each recipe of paper.SEED_GROUPS over its seeds (the groups whose runs are all done): the spread one run carries."""
+  groups = {k: g for k, g in paper.SEED_GROUPS.items() if all(n in runs for n in g)}
+  if not groups:
     return []
-  rows = [(n, runs[n]["metrics"], runs[n]["uncertainty"], runs[n]["c0"]) for n in paper.ENSEMBLE]
-  cols = {"MAE [mm]": [m["mae"] for _, m, _, _ in rows], "RMSE [mm]": [m["rmse"] for _, m, _, _ in rows],
-          "AUSE (pNCNN)": [u["ause_pncnn"] for _, _, u, _ in rows], "AUROC c0": [c["auroc"] for *_, c in rows],
-          "same, within depth deciles": [c["auroc_depth_bins"] for *_, c in rows],
-          "c0 disturbed / clean": [c["c0_mean_disturbed"] / c["c0_mean_clean"] for *_, c in rows]}
-  lines = ["", "## Spread over seeds (pNCNN, masked c0, seeds 0-3 of one recipe)", "",
-           "The ensemble members are four trainings of one recipe that differ only in the initialisation and data "
-           "seed. The claims above use seed 0 (`pncnn_masked`); this is how far one run's figures move with the seed.",
-           "", "| run | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+  cols = {k: _seed_columns(runs, g) for k, g in groups.items()}
+  names = list(next(iter(cols.values())))
+  lines = ["", "## Spread over seeds (pNCNN, masked c0: each recipe over its seeds)", "",
+           "Runs of one recipe that differ only in the initialisation and data seed; the claims above use seed 0 "
+           "(`" + "`, `".join(groups) + "`). This is how far one run's figures move with the seed.",
+           "", "| run | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
   digits = [4, 4, 3, 3, 3, 3]  # mm to the unit, the rest to 3 significant digits
-  lines += [f"| `{n}` | " + " | ".join(fmt(v[i], d) for v, d in zip(cols.values(), digits)) + " |"
-            for i, (n, *_) in enumerate(rows)]
-  lines.append("| mean (sd) | " + " | ".join(f"{fmt(float(np.mean(v)), d)} ({fmt(float(np.std(v, ddof=1)), 3)})"
-                                            for v, d in zip(cols.values(), digits)) + " |")
-  auroc, ause = cols["AUROC c0"], cols["AUSE (pNCNN)"]
-  text = (f"\nOver the four seeds the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} ({sum(a < 0.5 for a in auroc)} "
-          "below 0.5: that c0 trusts the disturbed points more than the clean ones). pNCNN's c0 learns only through "
-          "the NLL, and this recipe does not pin down what it learns, so (b) for pNCNN cannot be judged from one run. AUSE "
-          f"spans {min(ause):.3f}-{max(ause):.3f}")
+  for key, group in groups.items():
+    lines += [f"| `{n}` | " + " | ".join(fmt(v[i], d) for v, d in zip(cols[key].values(), digits)) + " |"
+              for i, n in enumerate(group)]
+    lines.append(f"| `{key}` seeds 0-{len(group) - 1}: mean (sd) | " + " | ".join(
+        f"{fmt(float(np.mean(v)), d)} ({fmt(float(np.std(v, ddof=1)), 3)})" for v, d in zip(cols[key].values(), digits))
+        + " |")
   ref = runs.get("ncnn_conf_l1_masked")
-  if ref:
-    text += f" against {ref['uncertainty']['ause_pncnn']:.3f} for `ncnn_conf_l1_masked` (one run, seed 0)"
-  lines.append(text + ".")
+  for key, group in groups.items():
+    auroc, ause = cols[key]["AUROC c0"], cols[key]["AUSE (pNCNN)"]
+    text = (f"\n`{key}`, seeds 0-{len(group) - 1}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
+            f"({sum(a < 0.5 for a in auroc)} below 0.5: that c0 trusts the disturbed points more than the clean ones); "
+            f"AUSE spans {min(ause):.3f}-{max(ause):.3f}")
+    if ref:
+      text += f" against {ref['uncertainty']['ause_pncnn']:.3f} for `ncnn_conf_l1_masked` (one run, seed 0)"
+    lines.append(text + ".")
   return lines
 
 

@@ -69,6 +69,12 @@ RUNS: tuple[Run, ...] = (
 RUNS_BY_NAME = {r.name: r for r in RUNS}
 # The ensemble of the fusion table: four pNCNN (masked c0) runs that differ only in their seed.
 ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")
+# Runs of one recipe that differ only in their seed, keyed by the seed-0 run the claims use: their spread is what
+# one run's figures carry (docs/RESULTS.md, 'Spread over seeds').
+SEED_GROUPS: dict[str, tuple[str, ...]] = {
+    "pncnn_masked": ENSEMBLE,
+    "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
+}
 
 
 def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collections.ConfigDict:

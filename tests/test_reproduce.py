@@ -157,9 +157,22 @@ def test_claims_carry_their_spread_over_seeds():
   assert "over seeds" not in got["(b) the learned c0 of `ncnn_conf_l1_masked` singles out the disturbed points"][1]
   lines = claims.seed_lines(runs)
   assert lines[1].startswith("## Spread over seeds")
-  rows = [ln for ln in lines if ln.startswith("| `pncnn_masked")]
+  rows = [ln for ln in lines if ln.startswith("| `pncnn_masked") and "mean (sd)" not in ln]
   assert len(rows) == 4 and rows[0].startswith("| `pncnn_masked` | 540 | 2600 | 0.11 | 0.9 | 0.7 | 0.1 |")
-  assert lines[-2].startswith("| mean (sd) | 532.5 (22.2) | 2612 (62.9) |")
+  assert lines[-2].startswith("| `pncnn_masked` seeds 0-3: mean (sd) | 532.5 (22.2) | 2612 (62.9) |")
   assert "AUROC of c0 spans 0.20-0.90 (1 below 0.5" in lines[-1] and "spans 0.050-0.110 against 0.200" in lines[-1]
-  del runs["pncnn_masked_seed3"]
+  # A second recipe (beta-NLL, seeds 0-1) gets its own rows, mean and count once both of its runs are done.
+  runs["pncnn_beta_masked"] = _fake_run(505, 2400, 0.12, 0.9, 0.85, 0.05, 1.0)  # (d) yes, (c) no
+  assert "over seeds" not in claims.claims(runs, None)[-2][2]
+  runs["pncnn_beta_masked_seed1"] = _fake_run(600, 2400, 0.09, 0.9, 0.85, 0.05, 1.0)  # (d) no (+20 %), (c) yes
+  got = {c: (ok, nums) for c, ok, nums in claims.claims(runs, None)}
+  d = got["(d) `pncnn_beta_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"]
+  c = got[f"(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
+  assert d[0] is True and d[1].endswith("over seeds 0-1 of the same recipe it holds for 1 of 2 (table 'Spread over seeds')")
+  assert c[0] is False and c[1].endswith("it holds for 1 of 2 (table 'Spread over seeds')")
+  lines = claims.seed_lines(runs)
+  assert "(`pncnn_masked`, `pncnn_beta_masked`)" in lines[3]
+  assert any(ln.startswith("| `pncnn_beta_masked` seeds 0-1: mean (sd) | 552.5 (67.2) | 2400 (0) |") for ln in lines)
+  assert lines[-1].startswith("\n`pncnn_beta_masked`, seeds 0-1: the AUROC of c0 spans 0.90-0.90 (0 below 0.5")
+  del runs["pncnn_masked_seed3"], runs["pncnn_beta_masked_seed1"]
   assert claims.seed_lines(runs) == [] and "over seeds" not in claims.claims(runs, None)[3][2]
