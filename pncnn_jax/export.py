@@ -56,6 +56,7 @@ JAX2ONNX_VERSION = "0.17.1"
 CONFIDENCE_KINDS = {
     "gaussian_nll": ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)"),
     "gaussian_nll_beta": ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)"),
+    "gaussian_nll_beta1": ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)"),
     "gaussian_nll_exp": ("log precision log(1/sigma^2)", "log(1/m^2)", "sigma = exp(-confidence / 2)"),
     "laplace_nll": ("inverse Laplace scale 1/b", "1/m", "sigma = sqrt(2) / confidence"),
     "masked_l1": ("propagated NConv confidence (not calibrated)", "unitless", "none: rank pixels by it"),

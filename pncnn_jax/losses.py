@@ -18,6 +18,7 @@ multiplies by the mask instead, so there `0 * inf` would give NaN).
 for it: `PRECISION_RULES[name]` gives the precision 1/sigma^2 [1/m^2] of the distribution it fits,
   gaussian_nll       1/sigma^2 = c           c is the precision (docs/SPEC.md §6)
   gaussian_nll_beta  1/sigma^2 = c           the same Gaussian, fitted with per-pixel weights sg[sigma^(2 beta)]
+                                             (beta = NLL_BETA; gaussian_nll_beta1: beta = 1)
   gaussian_nll_exp   1/sigma^2 = exp(c)      the data term's precision
   laplace_nll        1/sigma^2 = c^2 / 2     c = 1/b, Laplace std sqrt(2) b
   masked_l1 / l2     None: the confidence is the propagated NConv confidence, not calibrated
@@ -216,6 +217,10 @@ def _gaussian_nll_beta(out: ModelOutput, target: jax.Array) -> jax.Array:
   return gaussian_nll_beta(out.depth, out.confidence, target)
 
 
+def _gaussian_nll_beta1(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return gaussian_nll_beta(out.depth, out.confidence, target, beta=1.0)
+
+
 def _gaussian_nll_exp(out: ModelOutput, target: jax.Array) -> jax.Array:
   return gaussian_nll_exp(out.depth, out.confidence, target)
 
@@ -229,6 +234,7 @@ LOSSES: dict[str, Callable[[ModelOutput, jax.Array], jax.Array]] = {
     "masked_l2": _masked_l2,  # official ncnn_conf_l2 (MaskedL2Loss)
     "gaussian_nll": _gaussian_nll,  # official pncnn (MaskedProbLoss), uses out.confidence
     "gaussian_nll_beta": _gaussian_nll_beta,  # pncnn_beta: our option, beta-NLL weights (NLL_BETA)
+    "gaussian_nll_beta1": _gaussian_nll_beta1,  # the same with beta = 1 (the L2 gradient on mu)
     "gaussian_nll_exp": _gaussian_nll_exp,  # official pncnn_exp (MaskedProbExpLoss)
     "laplace_nll": _laplace_nll,  # Laplace ablation, uses out.confidence as 1/b
     **flow_losses.LOSSES,  # sparse optical flow (pncnn_jax.flow): flow_epe, flow_nll
@@ -250,6 +256,7 @@ PRECISION_RULES: dict[str, Callable[[Any, Any], Any] | None] = {
     "masked_l2": None,
     "gaussian_nll": lambda c, xp: c,
     "gaussian_nll_beta": lambda c, xp: c,
+    "gaussian_nll_beta1": lambda c, xp: c,
     "gaussian_nll_exp": _exp_precision,
     "laplace_nll": lambda c, xp: 0.5 * c * c,
     **flow_losses.PRECISION_RULES,  # flow_nll: c [1/px^2]

@@ -41,6 +41,7 @@ class Run:
   masked: bool = False
   seed: int = 0
   group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' (the tables a run appears in)
+  loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
 
 
 # In training order: the models the claims need first, the official (unmasked) forms next, then the extra
@@ -63,6 +64,7 @@ RUNS: tuple[Run, ...] = (
     # Our option against claims (b) and (d): pNCNN trained with beta-NLL weights, two seeds.
     Run("pncnn_beta_masked", "pncnn_beta", True, 0, "beta"),
     Run("pncnn_beta_masked_seed1", "pncnn_beta", True, 1, "beta"),
+    Run("pncnn_beta1_masked", "pncnn_beta", True, 0, "beta", loss="gaussian_nll_beta1"),  # beta = 1: dose-response
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -83,6 +85,7 @@ def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collect
   config = config_lib.load_config(f"{_configs_dir() / 'synthetic.py'}:{run.variant}")
   with config.unlocked():
     config.seed = run.seed
+    config.loss = run.loss
     config.model.mask_input_confidence = run.masked
     config_lib.apply_recipe(config, s)
     config.data.synthetic_cache_dir = cache_dir or ""

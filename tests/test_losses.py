@@ -204,8 +204,8 @@ def test_invalid_pixels_cannot_leak_inf_or_nan(name):
 
 
 def test_registry_and_get_loss():
-  assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp",
-                                "laplace_nll", "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow_losses
+  assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1",
+                                "gaussian_nll_exp", "laplace_nll", "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow_losses
   with pytest.raises(ValueError, match="unknown loss 'l3'.*gaussian_nll.*masked_l1"):
     losses.get_loss("l3")
   # The probabilistic losses use out.confidence, not input_confidence.
@@ -214,6 +214,8 @@ def test_registry_and_get_loss():
   out = FakeOutput(pred, c, jnp.full_like(c, 9.0), jnp.full_like(c, 9.0))
   for name in ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp", "laplace_nll"):
     assert float(losses.get_loss(name)(out, target)) == float(_call(name, pred, c, target))
+  assert float(losses.get_loss("gaussian_nll_beta1")(out, target)) == float(
+      losses.gaussian_nll_beta(pred, c, target, beta=1.0))
 
 
 def test_bad_shapes_are_named():
@@ -228,10 +230,10 @@ def test_each_loss_declares_its_precision_rule():
   """1/sigma^2 of the distribution each loss fits: c (Gaussian), exp(c) (the Exp data term), c^2/2 (Laplace with
   b = 1/c: variance 2 b^2); none for L1/L2. numpy in float64, jax in its own dtype."""
   assert set(losses.PRECISION_RULES) == set(losses.LOSSES)
-  assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp", "laplace_nll",
-                                         "flow_nll")
+  assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1", "gaussian_nll_exp",
+                                         "laplace_nll", "flow_nll")
   c = np.array([0.5, 2.0, 30.0], np.float32)
-  for name, want in (("gaussian_nll", c), ("gaussian_nll_beta", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
+  for name, want in (("gaussian_nll", c), ("gaussian_nll_beta", c), ("gaussian_nll_beta1", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
                      ("laplace_nll", c.astype(np.float64) ** 2 / 2)):
     got = losses.precision_of(c, name)
     assert got.dtype == np.float64
