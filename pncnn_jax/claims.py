@@ -32,7 +32,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
     else:
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
                   f"not measured yet: needs {', '.join(('ncnn',) + forms)}"))
-  for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked"):
+  for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked", "laplace_masked"):
     title = f"(b) the learned c0 of `{name}` singles out the disturbed points"
     if name not in runs:
       out.append((title, None, "not measured yet"))

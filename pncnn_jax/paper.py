@@ -65,6 +65,9 @@ RUNS: tuple[Run, ...] = (
     Run("pncnn_beta_masked", "pncnn_beta", True, 0, "beta"),
     Run("pncnn_beta_masked_seed1", "pncnn_beta", True, 1, "beta"),
     Run("pncnn_beta1_masked", "pncnn_beta", True, 0, "beta", loss="gaussian_nll_beta1"),  # beta = 1: dose-response
+    # Does an L1-type data term make c0 single out the disturbed points whatever the seed (claim (b))?
+    Run("laplace_masked_seed1", "laplace", True, 1, "ablation"),
+    Run("laplace_masked_seed2", "laplace", True, 2, "ablation"),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -76,6 +79,7 @@ ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_m
 SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "pncnn_masked": ENSEMBLE,
     "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
+    "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
 }
 
 
