@@ -135,7 +135,8 @@ def _tables(runs, fusion, figures, summary) -> list[str]:
     lines.append("Not measured yet: the four member runs are not all finished.")
   lines += claims_lib.seed_lines(runs)
   lines += ["", "## Why the official network fails at this scale", "", _why(runs), ""]
-  lines += ["## The claims that do not hold, and why", "", *_discussion(runs), "", "## Figures", ""]
+  lines += ["## The claims that do not hold, and why", "", *_discussion(runs), *claims_lib.data_term_lines(runs), "",
+            "## Figures", ""]
   lines += [f"![{t}](results/{f})\n\n{t}\n" for f, t in figures]
   if summary["not_finished"]:
     note = summary.get("missing_note", "These runs have not reached their last step; rerun the command to "
@@ -219,35 +220,7 @@ def _discussion(runs: dict[str, Any]) -> list[str]:
         + (f" The run is also not converged by our criterion (best validation RMSE still moved {100 * change:+.1f} % "
            "in the last 30 % of the lr-0.01 phase): a longer recipe (`--scale long`) is the next check."
            if change is not None and not conv.get("flat") else ""))
-  out += _beta_paragraph(runs)
   return out
-
-
-def _beta_paragraph(runs: dict[str, Any]) -> list[str]:
-  """What the beta-NLL weights (our `pncnn_beta`) change against the plain NLL, both over all their seeds."""
-  beta, plain = (paper.SEED_GROUPS[k] for k in ("pncnn_beta_masked", "pncnn_masked"))
-  if not all(n in runs for n in (*beta, *plain, "ncnn_conf_l1_masked")):
-    return []
-  mean = lambda names, f: float(np.mean([f(runs[n]) for n in names]))
-  mae, rmse = (lambda r: r["metrics"]["mae"]), (lambda r: r["metrics"]["rmse"])
-  ause, auroc = (lambda r: r["uncertainty"]["ause_pncnn"]), (lambda r: r["c0"]["auroc"])
-  l1 = runs["ncnn_conf_l1_masked"]
-  gap_plain, gap_beta = mean(plain, mae) - mae(l1), mean(beta, mae) - mae(l1)
-  text = (f"- **(d) the NLL's precision weighting, tested: `pncnn_beta_masked`.** Trained with beta-NLL weights "
-          f"(beta = {losses.NLL_BETA}; each pixel's term scaled by a constant sigma^(2 beta), so pixels predicted as "
-          f"uncertain still teach the depth path), pNCNN reaches MAE {mean(beta, mae):.0f} mm / RMSE "
-          f"{mean(beta, rmse):.0f} mm (mean of seeds 0-{len(beta) - 1}) against {mean(plain, mae):.0f} / "
-          f"{mean(plain, rmse):.0f} mm with the plain NLL (seeds 0-{len(plain) - 1}) and {mae(l1):.0f} / "
-          f"{rmse(l1):.0f} mm for `ncnn_conf_l1_masked`")
-  if "ncnn_conf_l2_masked" in runs:
-    l2 = runs["ncnn_conf_l2_masked"]["metrics"]
-    text += f" ({l2['mae']:.0f} / {l2['rmse']:.0f} mm for `ncnn_conf_l2_masked`, trained on squared errors)"
-  share = 1 - gap_beta / gap_plain if gap_plain > 0 else float("nan")
-  text += (f": the weights remove {100 * share:.0f} % of the MAE gap to NCNN-Conf-L1. Its AUSE is "
-           f"{mean(beta, ause):.3f} (plain NLL {mean(plain, ause):.3f}) and the AUROC of its c0 "
-           + ", ".join(f"{auroc(runs[n]):.2f}" for n in beta) + " (plain NLL "
-           + ", ".join(f"{auroc(runs[n]):.2f}" for n in plain) + ").")
-  return [text]
 
 
 def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, scenes: str, crop: tuple[int, int]

@@ -176,3 +176,28 @@ def test_claims_carry_their_spread_over_seeds():
   assert lines[-1].startswith("\n`pncnn_beta_masked`, seeds 0-1: the AUROC of c0 spans 0.90-0.90 (0 below 0.5")
   del runs["pncnn_masked_seed3"], runs["pncnn_beta_masked_seed1"]
   assert claims.seed_lines(runs) == [] and "over seeds" not in claims.claims(runs, None)[3][2]
+
+
+def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
+  """Claim (b) counted over every seed of each recipe by its data term (absolute vs squared error), and the share of
+  pNCNN's MAE gap to NCNN-Conf-L1 that the beta-NLL weights remove; worked by hand."""
+  from pncnn_jax import claims  # pylint: disable=g-import-not-at-top
+  good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
+  runs = {"ncnn_conf_l1_masked": _fake_run(500, 2500, 0.2, *good),
+          "laplace_masked": _fake_run(550, 2600, 0.06, *good), "laplace_masked_seed1": _fake_run(560, 2600, 0.06, *bad),
+          "laplace_masked_seed2": _fake_run(570, 2600, 0.06, *good),
+          "ncnn_conf_l2_masked": _fake_run(600, 2400, 0.8, *bad),
+          **{n: _fake_run(700, 2800, 0.1, *(good if i == 0 else bad))
+             for i, n in enumerate(("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3"))},
+          "pncnn_beta_masked": _fake_run(600, 2500, 0.05, *bad), "pncnn_beta_masked_seed1": _fake_run(620, 2500, 0.05, *bad)}
+  lines = claims.data_term_lines(runs)
+  table = [ln for ln in lines if ln.startswith("| `")]
+  assert [ln.split(" | ")[0] for ln in table] == ["| `ncnn_conf_l1_masked` (1)", "| `laplace_masked` (3)",
+                                                  "| `ncnn_conf_l2_masked` (1)", "| `pncnn_beta_masked` (2)",
+                                                  "| `pncnn_masked` (4)"]  # pncnn_beta1_masked: not run
+  assert "| 0.90, 0.30, 0.90 | 0.85, 0.40, 0.85 | 2 of 3 | 550, 560, 570 |" in table[1]
+  assert "in 3 of 4 runs trained on an absolute error and in 1 of 7 runs trained on a squared error" in lines[-2]
+  # gap 700 - 500 = 200 mm; beta mean 610 mm removes 90 / 200 = 45 %
+  assert lines[-1].startswith("- **(d) and the NLL's precision weighting.** `pncnn_beta_masked` (mean MAE 610 mm) "
+                              "removes 45 % of the MAE gap")
+  assert claims.data_term_lines({"pncnn_masked": runs["pncnn_masked"]}) == []
