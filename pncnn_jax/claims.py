@@ -141,7 +141,8 @@ L1_TYPE = ("ncnn_conf_l1_masked", "laplace_masked")  # an absolute-error data te
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
   """Claim (b) and (d) against the data term each masked-c0 model is trained with, over all seeds of each recipe."""
   groups = {k: paper.SEED_GROUPS.get(k, (k,)) for k, *_ in DATA_TERMS}
-  rows = [(k, term, grad, [runs[n] for n in groups[k]]) for k, term, grad in DATA_TERMS if all(n in runs for n in groups[k])]
+  rows = [(k, term, grad, [runs[n] for n in groups[k]]) for k, term, grad in DATA_TERMS
+          if all(n in runs for n in groups[k])]
   if len(rows) < 2:
     return []
   per_seed = lambda rs, f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # d decimals
@@ -154,7 +155,8 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
     lines.append(f"| `{k}` ({len(rs)}) | {term} | {grad} | {per_seed(rs, lambda r: r['c0']['auroc'], 2)} | "
                  f"{per_seed(rs, lambda r: r['c0']['auroc_depth_bins'], 2)} | "
                  f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} | "
-                 f"{per_seed(rs, lambda r: r['metrics']['mae'], 0)} | {per_seed(rs, lambda r: r['metrics']['rmse'], 0)} | "
+                 f"{per_seed(rs, lambda r: r['metrics']['mae'], 0)} | "
+                 f"{per_seed(rs, lambda r: r['metrics']['rmse'], 0)} | "
                  f"{per_seed(rs, lambda r: r['uncertainty']['ause_pncnn'], 3)} |")
   count = lambda keys: (sum(results.c0_singles_out(r["c0"]) for k, _, _, rs in rows if k in keys for r in rs),
                         sum(len(rs) for k, _, _, rs in rows if k in keys))

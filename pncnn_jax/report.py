@@ -214,12 +214,14 @@ def _discussion(runs: dict[str, Any]) -> list[str]:
     out.append(
         f"- **(b) pNCNN's c0 separates the disturbed points less sharply than NCNN-Conf's.** AUROC "
         f"{ca['auroc']:.2f} / {ca['auroc_depth_bins']:.2f} within depth deciles against {cb['auroc']:.2f} / "
-        f"{cb['auroc_depth_bins']:.2f} for `ncnn_conf_l1_masked`. pNCNN's c0 is trained only through the NLL, whose "
-        "depth term is scaled by the predicted precision: where the variance network already predicts a low "
-        "precision (around disturbed points, at edges) the gradient that would push c0 down is small."
+        f"{cb['auroc_depth_bins']:.2f} for `ncnn_conf_l1_masked`, and over seeds it ranges from selective to "
+        "reversed (table 'Spread over seeds'). pNCNN's c0 is trained only through the NLL, whose depth term is "
+        "scaled by the predicted precision: where the variance network predicts a low precision (around disturbed "
+        "points, at edges) the gradient that would push c0 down is small, and the network can instead explain the "
+        "error there by a large sigma. The table below separates the two parts of that: the precision weighting "
+        "(beta-NLL weights remove it) and the squared error (the L1 and Laplace data terms do not square it)."
         + (f" The run is also not converged by our criterion (best validation RMSE still moved {100 * change:+.1f} % "
-           "in the last 30 % of the lr-0.01 phase): a longer recipe (`--scale long`) is the next check."
-           if change is not None and not conv.get("flat") else ""))
+           "in the last 30 % of the lr-0.01 phase)." if change is not None and not conv.get("flat") else ""))
   return out
 
 

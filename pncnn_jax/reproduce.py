@@ -18,9 +18,9 @@ Two forms of each model with a learned input confidence are trained (`pncnn_jax.
                     the see-through ones among them (docs/RESULTS.md, "Why the official network fails here").
 The parity variants are untouched: `mask_input_confidence` defaults to False.
 
-`--ship DIR` writes each finished run's final weights as DIR/<name>.npz plus DIR/<name>.json (the manifest:
-command, commit, steps, device, time, recipe and the validation metrics it reached), loadable by name
-(`--checkpoint synthetic:<name>`).
+`--ship DIR` writes the final weights of each finished run (of `--only`, when given) as DIR/<name>.npz plus
+DIR/<name>.json (the manifest: command, commit, steps, device, time, recipe and the validation metrics it
+reached), loadable by name (`--checkpoint synthetic:<name>`).
 
 `--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
 processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       report.write(summary, pathlib.Path(args.results), workdir)
       print(f"wrote {args.results} and {pathlib.Path(args.results).with_suffix('.json')}", flush=True)
       if args.ship:
-        results.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship))
+        results.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship), runs)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -22,7 +22,7 @@ import json
 import pathlib
 import subprocess
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -226,6 +226,11 @@ def _cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
   return value
 
 
+def _announced(name: str, scale: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+  print(f"[{name}] evaluating on {paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
+  return compute()
+
+
 def _jsonable(o: Any) -> Any:
   return pretrained.json_default(o)
 
@@ -253,9 +258,8 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
   for run in done:
     path = workdir / "eval" / f"{run.name}.json"
     if evaluate:
-      print(f"[{run.name}] evaluating on {paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
-      evals[run.name] = _cached(path, _last_checkpoint_time(workdir, run),
-                                lambda run=run: evaluate_run(workdir, run, scale, cache_dir))
+      evals[run.name] = _cached(path, _last_checkpoint_time(workdir, run), lambda run=run: _announced(
+          run.name, scale, lambda: evaluate_run(workdir, run, scale, cache_dir)))
     elif path.exists():
       evals[run.name] = json.loads(path.read_text())
   if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
@@ -285,10 +289,11 @@ def _git_commit() -> str | None:
     return None
 
 
-def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], directory: pathlib.Path) -> None:
-  """Writes each finished run's final variables + manifest (`pncnn_jax.pretrained.save`)."""
+def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], directory: pathlib.Path,
+                 runs: Sequence[paper.Run] = paper.RUNS) -> None:
+  """Writes the final variables + manifest (`pncnn_jax.pretrained.save`) of each finished run of `runs`."""
   evals = summary["runs"]
-  for run in [r for r in paper.RUNS if paper.finished(workdir, r, scale)]:
+  for run in [r for r in runs if paper.finished(workdir, r, scale)]:
     config, _, variables, meta = load_run(workdir, run, scale)
     with config.unlocked():
       config.data.synthetic_cache_dir = ""

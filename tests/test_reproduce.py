@@ -113,6 +113,9 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path):
   again = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
   for k in ("mae", "rmse", "ause_pncnn", "auroc_disturbed"):
     assert again[k] == pytest.approx(manifest["check"][k], rel=1e-5), k
+  # --ship with --only ships only the selected runs, though others are finished too.
+  results.ship_weights(wd, "smoke", summary, tmp_path / "only", [paper.RUNS_BY_NAME["ncnn"]])
+  assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["ncnn.json", "ncnn.npz"]
 
 
 def test_results_page_carries_the_flow_claims_and_table(tmp_path):
