@@ -40,7 +40,7 @@ class Run:
   variant: str
   masked: bool = False
   seed: int = 0
-  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' (the tables a run appears in)
+  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'seeds' (the tables a run appears in)
   loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
 
 
@@ -68,6 +68,8 @@ RUNS: tuple[Run, ...] = (
     # Does an L1-type data term make c0 single out the disturbed points whatever the seed (claim (b))?
     Run("laplace_masked_seed1", "laplace", True, 1, "ablation"),
     Run("laplace_masked_seed2", "laplace", True, 2, "ablation"),
+    Run("ncnn_conf_l1_masked_seed1", "ncnn_conf_l1", True, 1, "seeds"),  # the reference of (b)-(d), over seeds too
+    Run("ncnn_conf_l1_masked_seed2", "ncnn_conf_l1", True, 2, "seeds"),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -80,6 +82,7 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "pncnn_masked": ENSEMBLE,
     "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
     "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
+    "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
 }
 
 
