@@ -232,21 +232,22 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   out = []
   if runs:
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
     first = next(iter(runs.values()))
     fr = np.asarray(first["sparsification"]["fractions"])
     colours = plt.get_cmap("tab20").colors  # more than the 10 of the default cycle: one colour per model
-    for i, name in enumerate(n for n in MAIN_ORDER[1:] + ABLATION_ORDER[1:] if n in runs):
+    for i, name in enumerate(dict.fromkeys(n for n in MAIN_ORDER[1:] + ABLATION_ORDER[1:] if n in runs)):
       sp = runs[name]["sparsification"]
       ax.plot(fr, sp["model"], label=name, lw=1.2, color=colours[(2 * i) % 20 + (2 * i) // 20],
-              linestyle="-." if name in ABLATION_ORDER[1:] else "-")
+              linestyle="-" if name in MAIN_ORDER else "-.")
     ax.plot(fr, runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs
             else first["sparsification"]["oracle"], "k--", lw=1.5, label="oracle (pncnn_masked errors)")
     ax.set_xlabel("fraction of pixels removed (least confident first)")
     ax.set_ylabel("RMSE of the pixels kept (normalised, unitless)")
     ax.set_title(f"Sparsification curves on {scenes}\npNCNN normalisation: each model curve / its max, "
                  "oracle / its first value", fontsize=9)
-    ax.legend(fontsize=7, ncol=2, title=viz.SPARSIFICATION_NOTES["pncnn"], title_fontsize=7)
+    ax.legend(fontsize=7, title=viz.SPARSIFICATION_NOTES["pncnn"], title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))  # beside the axes: inside, it hid curves
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(figdir / "sparsification.png", dpi=110)
