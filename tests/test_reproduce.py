@@ -177,6 +177,7 @@ def test_claims_carry_their_spread_over_seeds():
   assert "(`pncnn_masked`, `pncnn_beta_masked`)" in lines[3]
   assert any(ln.startswith("| `pncnn_beta_masked` seeds 0-1: mean (sd) | 552.5 (67.2) | 2400 (0) |") for ln in lines)
   assert lines[-1].startswith("\n`pncnn_beta_masked`, seeds 0-1: the AUROC of c0 spans 0.90-0.90 (0 below 0.5")
+  assert not any("laplace_masked" in c for c, *_ in claims.claims(runs, None))  # an option not run: no line
   del runs["pncnn_masked_seed3"], runs["pncnn_beta_masked_seed1"]
   assert claims.seed_lines(runs) == [] and "over seeds" not in claims.claims(runs, None)[3][2]
 
@@ -187,6 +188,8 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   from pncnn_jax import claims  # pylint: disable=g-import-not-at-top
   good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
   runs = {"ncnn_conf_l1_masked": _fake_run(500, 2500, 0.2, *good),
+          "ncnn_conf_l1_masked_seed1": _fake_run(510, 2500, 0.2, *good),
+          "ncnn_conf_l1_masked_seed2": _fake_run(520, 2500, 0.2, *bad),
           "laplace_masked": _fake_run(550, 2600, 0.06, *good), "laplace_masked_seed1": _fake_run(560, 2600, 0.06, *bad),
           "laplace_masked_seed2": _fake_run(570, 2600, 0.06, *good),
           "ncnn_conf_l2_masked": _fake_run(600, 2400, 0.8, *bad),
@@ -195,12 +198,12 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
           "pncnn_beta_masked": _fake_run(600, 2500, 0.05, *bad), "pncnn_beta_masked_seed1": _fake_run(620, 2500, 0.05, *bad)}
   lines = claims.data_term_lines(runs)
   table = [ln for ln in lines if ln.startswith("| `")]
-  assert [ln.split(" | ")[0] for ln in table] == ["| `ncnn_conf_l1_masked` (1)", "| `laplace_masked` (3)",
+  assert [ln.split(" | ")[0] for ln in table] == ["| `ncnn_conf_l1_masked` (3)", "| `laplace_masked` (3)",
                                                   "| `ncnn_conf_l2_masked` (1)", "| `pncnn_beta_masked` (2)",
                                                   "| `pncnn_masked` (4)"]  # pncnn_beta1_masked: not run
   assert "| 0.90, 0.30, 0.90 | 0.85, 0.40, 0.85 | 2 of 3 | 550, 560, 570 |" in table[1]
-  assert "in 3 of 4 runs trained on an absolute error and in 1 of 7 runs trained on a squared error" in lines[-2]
-  # gap 700 - 500 = 200 mm; beta mean 610 mm removes 90 / 200 = 45 %
+  assert "in 4 of 6 runs trained on an absolute error and in 1 of 7 runs trained on a squared error" in lines[-2]
+  # gap 700 - 510 (mean of the 3 NCNN-Conf-L1 seeds) = 190 mm; beta mean 610 mm removes 90 / 190 = 47 %
   assert lines[-1].startswith("- **(d) and the NLL's precision weighting.** `pncnn_beta_masked` (mean MAE 610 mm) "
-                              "removes 45 % of the MAE gap")
+                              "removes 47 % of the MAE gap")
   assert claims.data_term_lines({"pncnn_masked": runs["pncnn_masked"]}) == []
