@@ -55,7 +55,8 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
       a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
       out.append((title, results.ause_clearly_below(a, b), f"AUSE (pNCNN def.) {a:.3f} vs {b:.3f} (ratio "
                   f"{a / b:.2f}); the paper: 0.05 vs 0.31 on KITTI" + _seeds_note(
-                      runs, p, lambda r: results.ause_clearly_below(r["uncertainty"]["ause_pncnn"], b))))
+                      runs, p, lambda r: results.ause_clearly_below(r["uncertainty"]["ause_pncnn"], b))
+                  + _group_means_note(runs, p, conf, lambda r: r["uncertainty"]["ause_pncnn"])))
     elif p not in OPTIONAL:
       out.append((title, None, "not measured yet"))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
@@ -100,6 +101,16 @@ def _seed_columns(runs: dict[str, Any], group: tuple[str, ...]) -> dict[str, lis
           "c0 disturbed / clean": [x["c0_mean_disturbed"] / x["c0_mean_clean"] for x in c]}
 
 
+def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
+  """'; means over seeds: a vs b (ratio)' when both runs key complete paper.SEED_GROUPS groups."""
+  groups = [paper.SEED_GROUPS.get(n, ()) for n in (name, ref)]
+  if not all(g and all(n in runs for n in g) for g in groups):
+    return ""
+  a, b = (float(np.mean([value(runs[n]) for n in g])) for g in groups)
+  return (f"; means over seeds 0-{len(groups[0]) - 1} and 0-{len(groups[1]) - 1}: {a:.3f} vs {b:.3f} "
+          f"(ratio {a / b:.2f})")
+
+
 def seed_lines(runs: dict[str, Any]) -> list[str]:
   """Each recipe of paper.SEED_GROUPS over its seeds (the groups whose runs are all done): the spread one run carries."""
   groups = {k: g for k, g in paper.SEED_GROUPS.items() if all(n in runs for n in g)}
@@ -118,14 +129,17 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
     lines.append(f"| `{key}` seeds 0-{len(group) - 1}: mean (sd) | " + " | ".join(
         f"{fmt(float(np.mean(v)), d)} ({fmt(float(np.std(v, ddof=1)), 3)})" for v, d in zip(cols[key].values(), digits))
         + " |")
-  ref = runs.get("ncnn_conf_l1_masked")
+  ref = "ncnn_conf_l1_masked"
   for key, group in groups.items():
     auroc, ause = cols[key]["AUROC c0"], cols[key]["AUSE (pNCNN)"]
     text = (f"\n`{key}`, seeds 0-{len(group) - 1}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
             f"({sum(a < 0.5 for a in auroc)} below 0.5: that c0 trusts the disturbed points more than the clean ones); "
             f"AUSE spans {min(ause):.3f}-{max(ause):.3f}")
-    if ref:
-      text += f" against {ref['uncertainty']['ause_pncnn']:.3f} for `ncnn_conf_l1_masked` (one run, seed 0)"
+    if key != ref and ref in groups:
+      r = cols[ref]["AUSE (pNCNN)"]
+      text += f" against {min(r):.3f}-{max(r):.3f} for `{ref}` (seeds 0-{len(groups[ref]) - 1})"
+    elif key != ref and ref in runs:
+      text += f" against {runs[ref]['uncertainty']['ause_pncnn']:.3f} for `{ref}` (one run, seed 0)"
     lines.append(text + ".")
   return lines
 
