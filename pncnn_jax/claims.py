@@ -118,7 +118,7 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
     return []
   cols = {k: _seed_columns(runs, g) for k, g in groups.items()}
   names = list(next(iter(cols.values())))
-  lines = ["", "## Spread over seeds (pNCNN, masked c0: each recipe over its seeds)", "",
+  lines = ["", "## Spread over seeds (masked c0: each recipe over its seeds)", "",
            "Runs of one recipe that differ only in the initialisation and data seed; the claims above use seed 0 "
            "(`" + "`, `".join(groups) + "`). This is how far one run's figures move with the seed.",
            "", "| run | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
