@@ -20,7 +20,7 @@ OPTIONAL = ("pncnn_beta_masked", "laplace_masked")
 
 
 def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
-  """(claim, holds (None: not measured yet), the numbers) for claims (a)-(e)."""
+  """(claim, holds (None: not measured yet), the numbers or what is missing ('' if nothing to add)) for (a)-(e)."""
   out: list[tuple[str, bool | None, str]] = []
 
   def have(*names):
@@ -36,12 +36,12 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                   f"NCNN: MAE {m('ncnn', 'mae'):.0f} / RMSE {m('ncnn', 'rmse'):.0f} mm; {nums}"))
     else:
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
-                  f"not measured yet: needs {', '.join(('ncnn',) + forms)}"))
+                  f"It needs {', '.join(('ncnn',) + forms)}"))
   for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked", "laplace_masked"):
     title = f"(b) the learned c0 of `{name}` singles out the disturbed points"
     if name not in runs:
       if name not in OPTIONAL:
-        out.append((title, None, "not measured yet"))
+        out.append((title, None, ""))
       continue
     c = runs[name]["c0"]
     out.append((title, results.c0_singles_out(c), f"AUROC {c['auroc']:.3f}, within depth deciles {c['auroc_depth_bins']:.3f} (aim >= "
@@ -58,7 +58,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                       runs, p, lambda r: results.ause_clearly_below(r["uncertainty"]["ause_pncnn"], b))
                   + _group_means_note(runs, p, conf, lambda r: r["uncertainty"]["ause_pncnn"])))
     elif p not in OPTIONAL:
-      out.append((title, None, "not measured yet"))
+      out.append((title, None, ""))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
                   ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked")):
     title = f"(d) `{p}` within {100 * results.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
@@ -70,7 +70,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                   f"{m(p, 'rmse'):.0f} vs {m(conf, 'rmse'):.0f} mm ({100 * rel['rmse']:+.1f} %)"
                   + _seeds_note(runs, p, lambda r: results.accuracy_close(r["metrics"], ref))))
     elif p not in OPTIONAL:
-      out.append((title, None, "not measured yet"))
+      out.append((title, None, ""))
   title = "(e) confidence-based fusion beats the plain mean (4-member pNCNN ensemble, RMSE)"
   if fusion:
     rows = fusion["rows"]
@@ -79,7 +79,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                 "RMSE [mm]: " + ", ".join(f"{r} {rows[r]['rmse']:.0f}" for r in
                                           ("mean", "weighted_mean", "max_confidence", "mle"))))
   else:
-    out.append((title, None, "not measured yet: needs the four ensemble runs"))
+    out.append((title, None, "It needs the four ensemble runs"))
   return out
 
 

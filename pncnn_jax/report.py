@@ -55,7 +55,7 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   else:
     lines = head + _recipe_lines(summary, recipe)
   lines += ["## The claims", ""]
-  lines += [f"- {c}: {claims_lib.mark(ok)}. {nums}." for c, ok, nums in claims]
+  lines += [f"- {c}: {claims_lib.mark(ok)}." + (f" {nums}." if nums else "") for c, ok, nums in claims]
   lines += _tables(runs, fusion, figures, summary)
   if intro is None:
     lines += flow_section(path.parent / "RESULTS_FLOW.json")
