@@ -254,7 +254,8 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
     plt.close(fig)
     out.append(("sparsification.png", "Sparsification curves of every model (pNCNN normalisation; lower is "
                 "better; the area between a model's curve and the oracle is its AUSE)."))
-  learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked") if n in runs]
+  learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked", "pncnn_beta_masked")
+             if n in runs]
   if learned:
     fig, axes = plt.subplots(1, len(learned), figsize=(4.2 * len(learned), 3.6), squeeze=False)
     for ax, name in zip(axes[0], learned):
@@ -281,7 +282,8 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
 
 
 def _panel(runs, workdir, figdir, plt, crop):
-  names = [n for n in ("ncnn", "pncnn", "pncnn_masked") if n in runs and (workdir / "eval" / f"{n}_panels.npz").exists()]
+  names = [n for n in ("ncnn", "pncnn", "pncnn_masked", "pncnn_beta_masked")
+           if n in runs and (workdir / "eval" / f"{n}_panels.npz").exists()]
   if not names:
     return None
   loaded = {n: dict(np.load(workdir / "eval" / f"{n}_panels.npz")) for n in names}
