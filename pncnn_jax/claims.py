@@ -83,10 +83,17 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
   return out
 
 
+def _done_group(runs: dict[str, Any], name: str, alone: bool = False) -> tuple[str, ...]:
+  """The runs of `name`'s recipe over its seeds (paper.SEED_GROUPS; `alone`: (name,) for a run without seeds) when
+  all of them are in `runs`; () otherwise."""
+  group = paper.SEED_GROUPS.get(name, (name,) if alone else ())
+  return group if group and all(n in runs for n in group) else ()
+
+
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
   """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group whose runs are all done."""
-  group = paper.SEED_GROUPS.get(name, ())
-  if not group or not all(n in runs for n in group):
+  group = _done_group(runs, name)
+  if not group:
     return ""
   k = sum(bool(holds(runs[n])) for n in group)
   return (f"; over seeds 0-{len(group) - 1} of the same recipe it holds for {k} of {len(group)} "
@@ -103,8 +110,8 @@ def _seed_columns(runs: dict[str, Any], group: tuple[str, ...]) -> dict[str, lis
 
 def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
   """'; means over seeds: a vs b (ratio)' when both runs key complete paper.SEED_GROUPS groups."""
-  groups = [paper.SEED_GROUPS.get(n, ()) for n in (name, ref)]
-  if not all(g and all(n in runs for n in g) for g in groups):
+  groups = [_done_group(runs, n) for n in (name, ref)]
+  if not all(groups):
     return ""
   a, b = (float(np.mean([value(runs[n]) for n in g])) for g in groups)
   return (f"; means over seeds 0-{len(groups[0]) - 1} and 0-{len(groups[1]) - 1}: {a:.3f} vs {b:.3f} "
@@ -113,7 +120,7 @@ def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
 
 def seed_lines(runs: dict[str, Any]) -> list[str]:
   """Each recipe of paper.SEED_GROUPS over its seeds (the groups whose runs are all done): the spread one run carries."""
-  groups = {k: g for k, g in paper.SEED_GROUPS.items() if all(n in runs for n in g)}
+  groups = {k: g for k in paper.SEED_GROUPS if (g := _done_group(runs, k))}
   if not groups:
     return []
   cols = {k: _seed_columns(runs, g) for k, g in groups.items()}
@@ -160,9 +167,8 @@ L1_TYPE = ("ncnn_conf_l1_masked", "laplace_masked")  # an absolute-error data te
 
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
   """Claim (b) and (d) against the data term each masked-c0 model is trained with, over all seeds of each recipe."""
-  groups = {k: paper.SEED_GROUPS.get(k, (k,)) for k, *_ in DATA_TERMS}
-  rows = [(k, term, grad, [runs[n] for n in groups[k]]) for k, term, grad in DATA_TERMS
-          if all(n in runs for n in groups[k])]
+  groups = {k: _done_group(runs, k, alone=True) for k, *_ in DATA_TERMS}
+  rows = [(k, term, grad, [runs[n] for n in groups[k]]) for k, term, grad in DATA_TERMS if groups[k]]
   if len(rows) < 2:
     return []
   per_seed = lambda rs, f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # d decimals

@@ -53,10 +53,11 @@ MIN_SIZE = 8  # three 2x2 poolings
 JAX2ONNX_VERSION = "0.17.1"
 
 # What the `confidence` output is, by training loss (pncnn_jax.evaluate's module doc).
+_PRECISION = ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)")
 CONFIDENCE_KINDS = {
-    "gaussian_nll": ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)"),
-    "gaussian_nll_beta": ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)"),
-    "gaussian_nll_beta1": ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)"),
+    "gaussian_nll": _PRECISION,
+    "gaussian_nll_beta": _PRECISION,
+    "gaussian_nll_beta1": _PRECISION,
     "gaussian_nll_exp": ("log precision log(1/sigma^2)", "log(1/m^2)", "sigma = exp(-confidence / 2)"),
     "laplace_nll": ("inverse Laplace scale 1/b", "1/m", "sigma = sqrt(2) / confidence"),
     "masked_l1": ("propagated NConv confidence (not calibrated)", "unitless", "none: rank pixels by it"),

@@ -22,7 +22,7 @@ import json
 import pathlib
 import subprocess
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -179,6 +179,7 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
 
 
 def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str) -> dict[str, Any]:
+  print(f"[{run.name}] evaluating on {paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
   config, _, variables, meta = load_run(workdir, run, scale)
   out = evaluate_model(config, variables, lambda: heldout_batches(scale, cache_dir),
                        panels_path=workdir / "eval" / f"{run.name}_panels.npz")
@@ -226,11 +227,6 @@ def _cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
   return value
 
 
-def _announced(name: str, scale: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-  print(f"[{name}] evaluating on {paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
-  return compute()
-
-
 def _jsonable(o: Any) -> Any:
   return pretrained.json_default(o)
 
@@ -258,8 +254,8 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
   for run in done:
     path = workdir / "eval" / f"{run.name}.json"
     if evaluate:
-      evals[run.name] = _cached(path, _last_checkpoint_time(workdir, run), lambda run=run: _announced(
-          run.name, scale, lambda: evaluate_run(workdir, run, scale, cache_dir)))
+      evals[run.name] = _cached(path, _last_checkpoint_time(workdir, run),
+                                lambda run=run: evaluate_run(workdir, run, scale, cache_dir))
     elif path.exists():
       evals[run.name] = json.loads(path.read_text())
   if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
