@@ -58,6 +58,8 @@ CONFIDENCE_KINDS = {
     "gaussian_nll": _PRECISION,
     "gaussian_nll_beta": _PRECISION,
     "gaussian_nll_beta1": _PRECISION,
+    "gaussian_nll_l1": _PRECISION,
+    "gaussian_nll_beta_l1": _PRECISION,
     "gaussian_nll_exp": ("log precision log(1/sigma^2)", "log(1/m^2)", "sigma = exp(-confidence / 2)"),
     "laplace_nll": ("inverse Laplace scale 1/b", "1/m", "sigma = sqrt(2) / confidence"),
     "masked_l1": ("propagated NConv confidence (not calibrated)", "unitless", "none: rank pixels by it"),

@@ -7,7 +7,7 @@ Normalisation, exactly as the official `common/losses.py` computes it:
 
 * `masked_l1`, `masked_l2` divide by **all** B*H*W pixels (invalid pixels contribute 0), docs/SPEC.md
   §6.
-* `gaussian_nll`, `gaussian_nll_beta`, `gaussian_nll_exp`, `laplace_nll` divide by |V|.
+* `gaussian_nll`, `gaussian_nll_beta`, `gaussian_nll_l1`, `gaussian_nll_exp`, `laplace_nll` divide by |V|.
 
 An empty valid set gives a loss of exactly 0 (not NaN) and zero gradients. Values at invalid
 pixels never reach the result or its gradient, even when they are inf or NaN (the reference
@@ -19,6 +19,8 @@ for it: `PRECISION_RULES[name]` gives the precision 1/sigma^2 [1/m^2] of the dis
   gaussian_nll       1/sigma^2 = c           c is the precision (docs/SPEC.md §6)
   gaussian_nll_beta  1/sigma^2 = c           the same Gaussian, fitted with per-pixel weights sg[sigma^(2 beta)]
                                              (beta = NLL_BETA; gaussian_nll_beta1: beta = 1)
+  gaussian_nll_l1    1/sigma^2 = c           the Gaussian NLL plus an auxiliary L1 term on mu (AUX_L1_WEIGHT;
+                                             gaussian_nll_beta_l1: with the beta-NLL weights)
   gaussian_nll_exp   1/sigma^2 = exp(c)      the data term's precision
   laplace_nll        1/sigma^2 = c^2 / 2     c = 1/b, Laplace std sqrt(2) b
   masked_l1 / l2     None: the confidence is the propagated NConv confidence, not calibrated
@@ -42,6 +44,9 @@ if TYPE_CHECKING:  # models.py is only needed for the annotation.
 LOG_EPS = 1e-16
 # The exponent of the beta-NLL weights (`gaussian_nll_beta`): 0.5, the value its authors recommend.
 NLL_BETA = 0.5
+# The weight of the auxiliary L1 term of `gaussian_nll_l1` [1/m]: at the NLL's per-pixel optimum its gradient on mu,
+# 2 c e = 2 / |e|, is above the L1 term's 1 wherever |e| < 2 m, so the L1 term leads only where the error is large.
+AUX_L1_WEIGHT = 1.0
 
 
 def _check(name: str, **arrays: jax.Array) -> None:
@@ -149,11 +154,47 @@ def gaussian_nll_beta(pred: jax.Array, precision: jax.Array, target: jax.Array, 
   Returns:
     () float32, the mean over V pooled over the batch; 0 when V is empty.
   """
-  if not beta >= 0:
-    raise ValueError(f"gaussian_nll_beta: beta must be >= 0, got {beta!r}")
   err, c, valid = _prob_terms("gaussian_nll_beta", pred, precision, target)
-  weight = jax.lax.stop_gradient(jnp.power(c + LOG_EPS, -beta))
-  return _valid_mean(weight * (c * jnp.square(err) - jnp.log(c + LOG_EPS)), valid)
+  return _valid_mean(_nll_beta_terms("gaussian_nll_beta", err, c, beta), valid)
+
+
+def _nll_beta_terms(name: str, err: jax.Array, c: jax.Array, beta: float) -> jax.Array:
+  """Per pixel sg[(c + 1e-16)^(-beta)] (c e^2 - log(c + 1e-16)); exactly the plain NLL's terms for beta = 0."""
+  if not beta >= 0:
+    raise ValueError(f"{name}: beta must be >= 0, got {beta!r}")
+  terms = c * jnp.square(err) - jnp.log(c + LOG_EPS)
+  if beta == 0:
+    return terms
+  return jax.lax.stop_gradient(jnp.power(c + LOG_EPS, -beta)) * terms
+
+
+def gaussian_nll_l1(pred: jax.Array, precision: jax.Array, target: jax.Array, beta: float = 0.0,
+                    weight: float = AUX_L1_WEIGHT) -> jax.Array:
+  """The pNCNN loss plus an auxiliary L1 term on the prediction; our option, not in the paper or its code.
+
+    L = (1/|V|) sum_V [ sg[(c + 1e-16)^(-beta)] (c (t - mu)^2 - log(c + 1e-16)) + w |t - mu| ]
+
+  c the predicted precision as in `gaussian_nll` (sigma^2 = 1/c), w = `weight` [1/m]. beta = 0 is the plain
+  Gaussian NLL, beta = NLL_BETA its beta-NLL form (`gaussian_nll_beta`). In the NLL the input confidence c0 learns
+  only through the precision-weighted depth term 2 c (mu - t), and the variance network can explain a large error
+  by a small c instead (docs/RESULTS.md, claim (b)). The L1 term gives mu, and through NConv c0, the gradient
+  w sign(mu - t) at every pixel whatever its c: the signal NCNN-Conf-L1 trains c0 with. The optimum over c is
+  unchanged, c = 1/e^2, so the confidence is still a calibrated precision [1/m^2].
+
+  Args:
+    pred: (B, H, W, 1) predicted depth mu [m].
+    precision: (B, H, W, 1) c >= 0 [1/m^2].
+    target: (B, H, W, 1) ground-truth depth [m], 0 = no ground truth.
+    beta: the exponent of the beta-NLL weights, >= 0.
+    weight: w >= 0, the weight of the L1 term [1/m].
+
+  Returns:
+    () float32, the mean over V pooled over the batch; 0 when V is empty.
+  """
+  if not weight >= 0:
+    raise ValueError(f"gaussian_nll_l1: weight must be >= 0, got {weight!r}")
+  err, c, valid = _prob_terms("gaussian_nll_l1", pred, precision, target)
+  return _valid_mean(_nll_beta_terms("gaussian_nll_l1", err, c, beta) + weight * jnp.abs(err), valid)
 
 
 def gaussian_nll_exp(pred: jax.Array, c: jax.Array, target: jax.Array) -> jax.Array:
@@ -221,6 +262,14 @@ def _gaussian_nll_beta1(out: ModelOutput, target: jax.Array) -> jax.Array:
   return gaussian_nll_beta(out.depth, out.confidence, target, beta=1.0)
 
 
+def _gaussian_nll_l1(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return gaussian_nll_l1(out.depth, out.confidence, target)
+
+
+def _gaussian_nll_beta_l1(out: ModelOutput, target: jax.Array) -> jax.Array:
+  return gaussian_nll_l1(out.depth, out.confidence, target, beta=NLL_BETA)
+
+
 def _gaussian_nll_exp(out: ModelOutput, target: jax.Array) -> jax.Array:
   return gaussian_nll_exp(out.depth, out.confidence, target)
 
@@ -235,6 +284,8 @@ LOSSES: dict[str, Callable[[ModelOutput, jax.Array], jax.Array]] = {
     "gaussian_nll": _gaussian_nll,  # official pncnn (MaskedProbLoss), uses out.confidence
     "gaussian_nll_beta": _gaussian_nll_beta,  # pncnn_beta: our option, beta-NLL weights (NLL_BETA)
     "gaussian_nll_beta1": _gaussian_nll_beta1,  # the same with beta = 1 (the L2 gradient on mu)
+    "gaussian_nll_l1": _gaussian_nll_l1,  # our option: the NLL + AUX_L1_WEIGHT * L1 on mu
+    "gaussian_nll_beta_l1": _gaussian_nll_beta_l1,  # the same with the beta-NLL weights (NLL_BETA)
     "gaussian_nll_exp": _gaussian_nll_exp,  # official pncnn_exp (MaskedProbExpLoss)
     "laplace_nll": _laplace_nll,  # Laplace ablation, uses out.confidence as 1/b
     **flow_losses.LOSSES,  # sparse optical flow (pncnn_jax.flow): flow_epe, flow_nll
@@ -257,6 +308,8 @@ PRECISION_RULES: dict[str, Callable[[Any, Any], Any] | None] = {
     "gaussian_nll": lambda c, xp: c,
     "gaussian_nll_beta": lambda c, xp: c,
     "gaussian_nll_beta1": lambda c, xp: c,
+    "gaussian_nll_l1": lambda c, xp: c,
+    "gaussian_nll_beta_l1": lambda c, xp: c,
     "gaussian_nll_exp": _exp_precision,
     "laplace_nll": lambda c, xp: 0.5 * c * c,
     **flow_losses.PRECISION_RULES,  # flow_nll: c [1/px^2]

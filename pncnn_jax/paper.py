@@ -40,7 +40,7 @@ class Run:
   variant: str
   masked: bool = False
   seed: int = 0
-  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'seeds' (the tables a run appears in)
+  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'seeds' (the tables a run appears in)
   loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
 
 
@@ -70,6 +70,10 @@ RUNS: tuple[Run, ...] = (
     Run("laplace_masked_seed2", "laplace", True, 2, "ablation"),
     Run("ncnn_conf_l1_masked_seed1", "ncnn_conf_l1", True, 1, "seeds"),  # the reference of (b)-(d), over seeds too
     Run("ncnn_conf_l1_masked_seed2", "ncnn_conf_l1", True, 2, "seeds"),
+    # Our option against claim (b): an auxiliary L1 term on mu gives c0 the signal NCNN-Conf-L1 trains it with,
+    # whatever the predicted precision (losses.gaussian_nll_l1); with the plain and the beta-NLL.
+    Run("pncnn_aux_masked", "pncnn", True, 0, "aux", loss="gaussian_nll_l1"),
+    Run("pncnn_beta_aux_masked", "pncnn_beta", True, 0, "aux", loss="gaussian_nll_beta_l1"),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )

@@ -120,6 +120,7 @@ def test_laplace_nll_is_the_laplace_nll_minus_log_2():
 @pytest.mark.parametrize("name,optimum", [
     ("gaussian_nll", lambda e: 1 / e**2),  # d/dc (c e^2 - log c) = 0
     ("gaussian_nll_beta", lambda e: 1 / e**2),  # the weight is a constant under the gradient: same optimum
+    ("gaussian_nll_l1", lambda e: 1 / e**2),  # the L1 term does not depend on c
     ("laplace_nll", lambda e: 1 / abs(e)),  # d/dc (c|e| - log c) = 0
 ])
 def test_per_pixel_minimiser_over_c(name, optimum):
@@ -169,12 +170,41 @@ def test_gaussian_nll_beta_weights_each_pixel_by_sigma_to_the_2_beta():
     losses.gaussian_nll_beta(mu, c, t, -0.5)
 
 
-ALL_FNS = ["masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp", "laplace_nll"]
+def test_gaussian_nll_l1_adds_an_l1_term_on_mu_that_ignores_the_precision():
+  """NLL (plain or beta-NLL) + w |t - mu|, averaged over V; w = 0 gives the NLL bit for bit; the gradient on mu is
+  the NLL's plus w sign(mu - t) / |V| at every valid pixel, also where c is tiny; c's gradient is the NLL's."""
+  rng = np.random.default_rng(3)
+  mu = rng.uniform(1, 50, (2, 5, 5, 1)).astype(np.float32)
+  t = (mu + rng.normal(0, 2, mu.shape)).astype(np.float32) * (rng.random(mu.shape) > 0.4)
+  c = rng.uniform(0.05, 3, mu.shape).astype(np.float32)
+  c[0, 0, :3] = 1e-6  # pixels the precision has given up on
+  v = t > 0
+  e, cv = (t[v] - mu[v]).astype(np.float64), c[v].astype(np.float64)
+  for beta, w in ((0.0, 1.0), (0.5, 1.0), (0.5, 0.3)):
+    want = np.mean(cv ** -beta * (cv * e**2 - np.log(cv)) + w * np.abs(e))
+    np.testing.assert_allclose(losses.gaussian_nll_l1(mu, c, t, beta, w), want, rtol=1e-5)
+  assert float(losses.gaussian_nll_l1(mu, c, t, 0.0, 0.0)) == float(losses.gaussian_nll(mu, c, t))
+  assert float(losses.gaussian_nll_l1(mu, c, t, 0.5, 0.0)) == float(losses.gaussian_nll_beta(mu, c, t, 0.5))
+  w = 0.7
+  for beta, nll in ((0.0, losses.gaussian_nll), (0.5, lambda m, p, t: losses.gaussian_nll_beta(m, p, t, 0.5))):
+    g_mu, g_c = jax.grad(lambda m, p: losses.gaussian_nll_l1(m, p, t, beta, w), argnums=(0, 1))(mu, c)
+    n_mu, n_c = jax.grad(nll, argnums=(0, 1))(mu, c, t)
+    np.testing.assert_allclose(np.asarray(g_mu - n_mu)[v], w * np.sign(mu[v] - t[v]) / v.sum(), rtol=1e-4, atol=1e-7)
+    np.testing.assert_array_equal(np.asarray(g_mu)[~v], 0.0)
+    np.testing.assert_allclose(g_c, n_c, rtol=1e-5)
+  with pytest.raises(ValueError, match="gaussian_nll_l1: weight must be >= 0, got -1"):
+    losses.gaussian_nll_l1(mu, c, t, 0.0, -1)
+  with pytest.raises(ValueError, match="gaussian_nll_l1: beta must be >= 0, got -0.5"):
+    losses.gaussian_nll_l1(mu, c, t, -0.5)
+
+
+ALL_FNS = ["masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_l1", "gaussian_nll_exp",
+           "laplace_nll"]
 
 
 def _call(name, pred, c, target):
   fn = getattr(losses, name)
-  return fn(pred, target) if "l1" in name or "l2" in name else fn(pred, c, target)
+  return fn(pred, target) if name.startswith("masked_") else fn(pred, c, target)
 
 
 @pytest.mark.parametrize("name", ALL_FNS)
@@ -205,6 +235,7 @@ def test_invalid_pixels_cannot_leak_inf_or_nan(name):
 
 def test_registry_and_get_loss():
   assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1",
+                                "gaussian_nll_l1", "gaussian_nll_beta_l1",
                                 "gaussian_nll_exp", "laplace_nll", "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow_losses
   with pytest.raises(ValueError, match="unknown loss 'l3'.*gaussian_nll.*masked_l1"):
     losses.get_loss("l3")
@@ -212,10 +243,12 @@ def test_registry_and_get_loss():
   pred, target = _small_case()
   c = jnp.array([0.3, 0.5, 2.0, 1.5]).reshape(1, 2, 2, 1)
   out = FakeOutput(pred, c, jnp.full_like(c, 9.0), jnp.full_like(c, 9.0))
-  for name in ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_exp", "laplace_nll"):
+  for name in ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_l1", "gaussian_nll_exp", "laplace_nll"):
     assert float(losses.get_loss(name)(out, target)) == float(_call(name, pred, c, target))
   assert float(losses.get_loss("gaussian_nll_beta1")(out, target)) == float(
       losses.gaussian_nll_beta(pred, c, target, beta=1.0))
+  assert float(losses.get_loss("gaussian_nll_beta_l1")(out, target)) == float(
+      losses.gaussian_nll_l1(pred, c, target, beta=losses.NLL_BETA, weight=losses.AUX_L1_WEIGHT))
 
 
 def test_bad_shapes_are_named():
@@ -230,10 +263,12 @@ def test_each_loss_declares_its_precision_rule():
   """1/sigma^2 of the distribution each loss fits: c (Gaussian), exp(c) (the Exp data term), c^2/2 (Laplace with
   b = 1/c: variance 2 b^2); none for L1/L2. numpy in float64, jax in its own dtype."""
   assert set(losses.PRECISION_RULES) == set(losses.LOSSES)
-  assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1", "gaussian_nll_exp",
+  assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1", "gaussian_nll_l1",
+                                         "gaussian_nll_beta_l1", "gaussian_nll_exp",
                                          "laplace_nll", "flow_nll")
   c = np.array([0.5, 2.0, 30.0], np.float32)
-  for name, want in (("gaussian_nll", c), ("gaussian_nll_beta", c), ("gaussian_nll_beta1", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
+  for name, want in (("gaussian_nll", c), ("gaussian_nll_beta", c), ("gaussian_nll_beta1", c), ("gaussian_nll_l1", c),
+                     ("gaussian_nll_beta_l1", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
                      ("laplace_nll", c.astype(np.float64) ** 2 / 2)):
     got = losses.precision_of(c, name)
     assert got.dtype == np.float64
