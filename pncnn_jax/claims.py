@@ -16,7 +16,8 @@ from pncnn_jax.run_files import format_value as fmt
 
 # Our options beyond the paper's models: their claim lines appear only when they were evaluated (the demo, e.g.,
 # shows a subset of the runs), never as "not measured yet".
-OPTIONAL = ("pncnn_beta_masked", "laplace_masked")
+OPTIONAL = ("pncnn_beta_masked", "laplace_masked", "pncnn_aux_masked", "pncnn_beta_aux_masked")
+AUX = ("pncnn_aux_masked", "pncnn_beta_aux_masked")  # the NLL plus an L1 term on mu (losses.gaussian_nll_l1)
 
 
 def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
@@ -37,7 +38,8 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
     else:
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
                   f"It needs {', '.join(('ncnn',) + forms)}"))
-  for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked", "laplace_masked"):
+  for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked", "laplace_masked",
+               *AUX):
     title = f"(b) the learned c0 of `{name}` singles out the disturbed points"
     if name not in runs:
       if name not in OPTIONAL:
@@ -49,7 +51,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                 f"{c['c0_mean_clean']:.3g} (ratio {c['c0_mean_disturbed'] / c['c0_mean_clean']:.2f}, aim <= "
                 f"{results.C0_RATIO_MAX})" + _seeds_note(runs, name, lambda r: results.c0_singles_out(r["c0"]))))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1"),
-                  ("pncnn_beta_masked", "ncnn_conf_l1_masked")):
+                  ("pncnn_beta_masked", "ncnn_conf_l1_masked"), *((a, "ncnn_conf_l1_masked") for a in AUX)):
     title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {results.AUSE_RATIO_MAX})"
     if have(p, conf):
       a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
@@ -60,7 +62,8 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
     elif p not in OPTIONAL:
       out.append((title, None, ""))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
-                  ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked")):
+                  ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
+                  *((a, "ncnn_conf_l1_masked") for a in AUX)):
     title = f"(d) `{p}` within {100 * results.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
     if have(p, conf):
       rel = {k: m(p, k) / m(conf, k) - 1 for k in ("mae", "rmse")}
@@ -151,24 +154,33 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
   return lines
 
 
-# The data terms of claim (b)'s comparison: the runs (each with all seeds of its recipe, paper.SEED_GROUPS) and
-# the gradient each gives the prediction mu at one pixel (c = the predicted precision or inverse Laplace scale).
+# The data terms of claim (b)'s comparison: the runs (each with all seeds of its recipe, paper.SEED_GROUPS), the
+# gradient each gives the prediction mu at one pixel (c = the predicted precision or inverse Laplace scale) and
+# the kind of error it is made of.
+_W = f"{losses.AUX_L1_WEIGHT:g} " if losses.AUX_L1_WEIGHT != 1 else ""
 DATA_TERMS = (
-    ("ncnn_conf_l1_masked", "L1 (NCNN-Conf-L1)", "sign(mu - t)"),
-    ("laplace_masked", "Laplace NLL", "c sign(mu - t)"),
-    ("ncnn_conf_l2_masked", "L2 (NCNN-Conf-L2)", "2 (mu - t)"),
-    ("pncnn_beta1_masked", "Gaussian NLL, beta-NLL weights, beta = 1", "2 (mu - t)"),
+    ("ncnn_conf_l1_masked", "L1 (NCNN-Conf-L1)", "sign(mu - t)", "absolute"),
+    ("laplace_masked", "Laplace NLL", "c sign(mu - t)", "absolute"),
+    ("ncnn_conf_l2_masked", "L2 (NCNN-Conf-L2)", "2 (mu - t)", "squared"),
+    ("pncnn_beta1_masked", "Gaussian NLL, beta-NLL weights, beta = 1", "2 (mu - t)", "squared"),
     ("pncnn_beta_masked", f"Gaussian NLL, beta-NLL weights, beta = {losses.NLL_BETA}",
-     f"2 c^{1 - losses.NLL_BETA:g} (mu - t)"),
-    ("pncnn_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)"),
+     f"2 c^{1 - losses.NLL_BETA:g} (mu - t)", "squared"),
+    ("pncnn_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)", "squared"),
+    ("pncnn_aux_masked", f"Gaussian NLL + {_W}L1 on mu", f"2 c (mu - t) + {_W}sign(mu - t)", "both"),
+    ("pncnn_beta_aux_masked", f"Gaussian NLL, beta-NLL weights, beta = {losses.NLL_BETA}, + {_W}L1 on mu",
+     f"2 c^{1 - losses.NLL_BETA:g} (mu - t) + {_W}sign(mu - t)", "both"),
 )
-L1_TYPE = ("ncnn_conf_l1_masked", "laplace_masked")  # an absolute-error data term; the others square the error
+_KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
+          ("both", "a squared error plus an absolute one (the L1 term on mu)"))
+# What each option changes against the plain NLL, for the share of the MAE gap it removes (claim (d)).
+_GAP_CAUSE = {"pncnn_beta_masked": "the NLL's precision weighting", "pncnn_beta1_masked": "the NLL's precision weighting",
+              "pncnn_aux_masked": "the L1 term on mu", "pncnn_beta_aux_masked": "the beta-NLL weights and the L1 term"}
 
 
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
   """Claim (b) and (d) against the data term each masked-c0 model is trained with, over all seeds of each recipe."""
   groups = {k: _done_group(runs, k, alone=True) for k, *_ in DATA_TERMS}
-  rows = [(k, term, grad, [runs[n] for n in groups[k]]) for k, term, grad in DATA_TERMS if groups[k]]
+  rows = [(k, term, grad, kind, [runs[n] for n in groups[k]]) for k, term, grad, kind in DATA_TERMS if groups[k]]
   if len(rows) < 2:
     return []
   per_seed = lambda rs, f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # d decimals
@@ -177,24 +189,26 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
            f"{results.C0_RATIO_MAX}):", "",
            "| run (seeds) | data term | its gradient on mu | AUROC c0 | same, within depth deciles | (b) holds | "
            "MAE [mm] | RMSE [mm] | AUSE (pNCNN) |", "|---|---|---|---|---|---|---|---|---|"]
-  for k, term, grad, rs in rows:
+  for k, term, grad, _, rs in rows:
     lines.append(f"| `{k}` ({len(rs)}) | {term} | {grad} | {per_seed(rs, lambda r: r['c0']['auroc'], 2)} | "
                  f"{per_seed(rs, lambda r: r['c0']['auroc_depth_bins'], 2)} | "
                  f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} | "
                  f"{per_seed(rs, lambda r: r['metrics']['mae'], 0)} | "
                  f"{per_seed(rs, lambda r: r['metrics']['rmse'], 0)} | "
                  f"{per_seed(rs, lambda r: r['uncertainty']['ause_pncnn'], 3)} |")
-  count = lambda keys: (sum(results.c0_singles_out(r["c0"]) for k, _, _, rs in rows if k in keys for r in rs),
-                        sum(len(rs) for k, _, _, rs in rows if k in keys))
-  (h1, n1), (h2, n2) = count(L1_TYPE), count([k for k, *_ in rows if k not in L1_TYPE])
-  lines += ["", f"- **(b) and the data term.** c0 singles out the disturbed points in {h1} of {n1} runs trained on an "
-            f"absolute error and in {h2} of {n2} runs trained on a squared error."]
-  mae = {k: float(np.mean([r["metrics"]["mae"] for r in rs])) for k, _, _, rs in rows}
+  counts = []
+  for kind, words in _KINDS:
+    rs = [r for _, _, _, k, group in rows if k == kind for r in group]
+    if rs:
+      counts.append(f"in {sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} runs trained on {words}")
+  lines += ["", "- **(b) and the data term.** c0 singles out the disturbed points " + ", ".join(counts[:-1])
+            + (" and " if len(counts) > 1 else "") + counts[-1] + "."]
+  mae = {k: float(np.mean([r["metrics"]["mae"] for r in rs])) for k, *_, rs in rows}
   if {"pncnn_masked", "ncnn_conf_l1_masked"} <= set(mae):
     gap = mae["pncnn_masked"] - mae["ncnn_conf_l1_masked"]
-    for k in ("pncnn_beta_masked", "pncnn_beta1_masked"):
+    for k, cause in _GAP_CAUSE.items():
       if k in mae and gap > 0:
-        lines.append(f"- **(d) and the NLL's precision weighting.** `{k}` (mean MAE {mae[k]:.0f} mm) removes "
+        lines.append(f"- **(d) and {cause}.** `{k}` (mean MAE {mae[k]:.0f} mm) removes "
                      f"{100 * (mae['pncnn_masked'] - mae[k]) / gap:.0f} % of the MAE gap between `pncnn_masked` "
                      f"({mae['pncnn_masked']:.0f} mm, seeds 0-{len(groups['pncnn_masked']) - 1}) and "
                      f"`ncnn_conf_l1_masked` ({mae['ncnn_conf_l1_masked']:.0f} mm, seeds "

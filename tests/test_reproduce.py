@@ -208,8 +208,20 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
                                                   "| `ncnn_conf_l2_masked` (1)", "| `pncnn_beta_masked` (2)",
                                                   "| `pncnn_masked` (4)"]  # pncnn_beta1_masked: not run
   assert "| 0.90, 0.30, 0.90 | 0.85, 0.40, 0.85 | 2 of 3 | 550, 560, 570 |" in table[1]
-  assert "in 4 of 6 runs trained on an absolute error and in 1 of 7 runs trained on a squared error" in lines[-2]
+  assert "in 4 of 6 runs trained on an absolute error and in 1 of 7 runs trained on a squared error." in lines[-2]
   # gap 700 - 510 (mean of the 3 NCNN-Conf-L1 seeds) = 190 mm; beta mean 610 mm removes 90 / 190 = 47 %
   assert lines[-1].startswith("- **(d) and the NLL's precision weighting.** `pncnn_beta_masked` (mean MAE 610 mm) "
                               "removes 47 % of the MAE gap")
+  # The L1-term options: a third kind of data term, counted on its own; their share of the gap (700 - 530) / 190.
+  runs["pncnn_aux_masked"] = _fake_run(530, 2500, 0.06, *good)
+  lines = claims.data_term_lines(runs)
+  assert any(ln.startswith("| `pncnn_aux_masked` (1) | Gaussian NLL + L1 on mu | 2 c (mu - t) + sign(mu - t) | 0.90 | "
+                            "0.85 | 1 of 1 | 530 |") for ln in lines)
+  assert lines[-3].endswith("in 4 of 6 runs trained on an absolute error, in 1 of 7 runs trained on a squared error "
+                            "and in 1 of 1 runs trained on a squared error plus an absolute one (the L1 term on mu).")
+  assert lines[-1].startswith("- **(d) and the L1 term on mu.** `pncnn_aux_masked` (mean MAE 530 mm) removes 89 % of")
+  got = {c: ok for c, ok, _ in claims.claims(runs, None)}
+  assert got["(b) the learned c0 of `pncnn_aux_masked` singles out the disturbed points"] is True
+  assert got["(d) `pncnn_aux_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"] is True  # +6 %, 0 %
+  assert not any("pncnn_beta_aux_masked" in c for c in got)  # not evaluated: no line
   assert claims.data_term_lines({"pncnn_masked": runs["pncnn_masked"]}) == []
