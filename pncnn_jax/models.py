@@ -262,6 +262,7 @@ class PNCNN(nn.Module):
 
   c0 is not masked by the input validity (docs/SPEC.md §5) unless `mask_input_confidence` is set (our option,
   not the official network): then c0 <- c0 * [x > 0], so empty pixels carry exactly zero confidence into NConv.
+  `detach_variance_input` (our option, training only) stops the gradient at the variance UNet's input.
 
   Attributes:
     conf_estimator: one of CONF_ESTIMATORS.
@@ -273,6 +274,9 @@ class PNCNN(nn.Module):
       official numbers; 'default' lets them use TF32/bf16 passes: about 2.5x faster on an H200, but the
       confidence UNet then moves single predictions by up to ~0.3 m (docs/BENCHMARKS.md). CPUs are float32
       either way.
+    detach_variance_input: the variance UNet sees stop_gradient(cout) (and mu): the loss's precision term then trains
+      only the variance UNet, and NConv and the confidence UNet learn only through the depth term, as in
+      NCNN-Conf. The forward pass is unchanged (the same parameters and outputs). Our option, not the paper's.
     remat: rematerialise the UNet blocks in training (see `UNet.remat`): the same parameters and function, a
       smaller working memory for the backward pass. None (the default): on CPU only, where host memory is what
       limits the batch (3.4 GB less at 352x1216 batch 4, ~5 % slower); GPUs and TPUs keep the faster step.
@@ -284,6 +288,7 @@ class PNCNN(nn.Module):
   unet_features: tuple[int, int, int, int] = (32, 32, 64, 64)
   conv_precision: Any = "highest"
   mask_input_confidence: bool = False
+  detach_variance_input: bool = False
   remat: bool | None = None
 
   @nn.compact
@@ -308,6 +313,8 @@ class PNCNN(nn.Module):
       conf = cout
     else:
       var_in = cout if self.var_estimator == "cout" else jnp.concatenate([cout, xout], axis=-1)
+      if self.detach_variance_input:
+        var_in = jax.lax.stop_gradient(var_in)
       conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, remat,
                   name="var_estimator")(var_in, train)
     return ModelOutput(depth=xout, confidence=conf, input_confidence=c0, nconv_confidence=cout)

@@ -40,8 +40,9 @@ class Run:
   variant: str
   masked: bool = False
   seed: int = 0
-  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'seeds' (the tables a run appears in)
+  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'detach' | 'seeds' (the tables a run appears in)
   loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
+  detach: bool = False  # config.model.detach_variance_input (our option)
 
 
 # In training order: the models the claims need first, the official (unmasked) forms next, then the extra
@@ -74,6 +75,10 @@ RUNS: tuple[Run, ...] = (
     # whatever the predicted precision (losses.gaussian_nll_l1); with the plain and the beta-NLL.
     Run("pncnn_aux_masked", "pncnn", True, 0, "aux", loss="gaussian_nll_l1"),
     Run("pncnn_beta_aux_masked", "pncnn_beta", True, 0, "aux", loss="gaussian_nll_beta_l1"),
+    # Does the gradient from the variance UNet into cout decide what c0 learns (claim (b))? The same models with
+    # the variance UNet's input detached (models.PNCNN.detach_variance_input).
+    Run("pncnn_detach_masked", "pncnn", True, 0, "detach", detach=True),
+    Run("pncnn_beta_detach_masked", "pncnn_beta", True, 0, "detach", detach=True),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -98,6 +103,7 @@ def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collect
     config.seed = run.seed
     config.loss = run.loss
     config.model.mask_input_confidence = run.masked
+    config.model.detach_variance_input = run.detach
     config_lib.apply_recipe(config, s)
     config.data.synthetic_cache_dir = cache_dir or ""
     config.progress_bar = False

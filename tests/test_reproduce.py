@@ -64,6 +64,32 @@ def test_masked_input_confidence_is_zero_off_the_measurements(variant):
   assert np.all(np.isfinite(np.asarray(out.depth)))
 
 
+def test_detached_variance_input_changes_gradients_not_outputs():
+  """detach_variance_input: the same outputs; a loss of the precision alone trains only the variance UNet, while
+  the depth still trains NConv and c0."""
+  x = np.zeros((2, 32, 48, 1), np.float32)
+  rng = np.random.default_rng(1)
+  pts = rng.random(x.shape) < 0.2
+  x[pts] = rng.uniform(2.0, 60.0, int(pts.sum()))
+  plain, detached = models.build_model("pncnn"), models.build_model("pncnn", detach_variance_input=True)
+  variables = models.init_variables(plain, jax.random.key(0))
+  for a, b in zip(*(jax.tree.leaves(m.apply(variables, jnp.asarray(x))) for m in (plain, detached)), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+  def grads(model, of):
+    def loss(params):
+      out, _ = model.apply({**variables, "params": params}, jnp.asarray(x), train=True, mutable=["batch_stats"])
+      return jnp.mean(getattr(out, of))
+    return jax.grad(loss)(variables["params"])
+  norm = lambda tree: float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree.leaves(tree)))
+  g_plain, g_det, g_depth = grads(plain, "confidence"), grads(detached, "confidence"), grads(detached, "depth")
+  for module in ("conf_estimator", "nconv"):
+    assert norm(g_plain[module]) > 0 and norm(g_det[module]) == 0.0 and norm(g_depth[module]) > 0
+  np.testing.assert_allclose(norm(g_det["var_estimator"]), norm(g_plain["var_estimator"]), rtol=1e-6)
+  assert paper.run_config(paper.RUNS_BY_NAME["pncnn_detach_masked"], "smoke").model.detach_variance_input is True
+  assert paper.run_config(paper.RUNS_BY_NAME["pncnn_masked"], "smoke").model.detach_variance_input is False
+
+
 def test_pretrained_round_trip_and_errors(tmp_path):
   tree = {"params": {"a": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}}, "batch_stats": {"m": np.ones(2)}}
   pretrained.save(tree, {"name": "x", "variant": "ncnn"}, tmp_path / "synthetic", "x")
