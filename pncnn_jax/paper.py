@@ -79,6 +79,7 @@ RUNS: tuple[Run, ...] = (
     # the variance UNet's input detached (models.PNCNN.detach_variance_input).
     Run("pncnn_detach_masked", "pncnn", True, 0, "detach", detach=True),
     Run("pncnn_beta_detach_masked", "pncnn_beta", True, 0, "detach", detach=True),
+    Run("pncnn_beta_detach_masked_seed1", "pncnn_beta", True, 1, "detach", detach=True),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -90,6 +91,7 @@ ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_m
 SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "pncnn_masked": ENSEMBLE,
     "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
+    "pncnn_beta_detach_masked": ("pncnn_beta_detach_masked", "pncnn_beta_detach_masked_seed1"),
     "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
     "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
 }
