@@ -2,7 +2,8 @@ r"""KITTI depth completion, the published pNCNN recipe (docs/SPEC.md §11).
 
 Variants are chosen by the config argument (a key of `pncnn_jax.models.VARIANTS`; the loss is the variant's):
   ncnn, ncnn_conf_l1, ncnn_conf_l2, pncnn, pncnn_exp, no_conf_est, no_var_est, depth_pred, laplace, and
-  pncnn_beta (pNCNN trained with beta-NLL weights: our option, not the published recipe).
+  pncnn_beta (pNCNN trained with beta-NLL weights) and sparse_var (the variance UNet also sees the sparse input):
+  our options, not the published recipe.
 
 Command (needs the `kitti_depth` TFDS dataset prepared in DATA_DIR, see docs/DATA.md):
 

@@ -12,7 +12,7 @@ from absl import flags
 # models.VARIANTS, configs/ and configs/base.py by tests/test_cli.py (no jax import for --help).
 CONFIG_FILES = ("synthetic", "kitti", "nyu", "ensemble_synthetic", "flow_synthetic")
 VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est", "depth_pred",
-            "laplace", "pncnn_beta")
+            "laplace", "pncnn_beta", "sparse_var")
 FLOW_VARIANTS = ("flow_ncnn", "flow_ncnn_conf", "flow_pncnn", "flow_pncnn_aniso")  # configs/flow_synthetic.py
 CONFIG_HELP = f"""
 Configs (--config FILE:VARIANT, e.g. configs/synthetic.py:pncnn):
@@ -23,7 +23,8 @@ Configs (--config FILE:VARIANT, e.g. configs/synthetic.py:pncnn):
   configs/flow_synthetic.py      sparse optical flow (u, v) with labelled KLT-like failures: the flow variants
 Variants: {', '.join(VARIANTS)}
   (NCNN, NCNN-Conf with L1 / L2, pNCNN, pNCNN-Exp, then the ablations; docs/SPEC.md section 5;
-   pncnn_beta: pNCNN trained with beta-NLL weights, our option, docs/RESULTS.md)
+   pncnn_beta: pNCNN trained with beta-NLL weights; sparse_var: the variance UNet also sees the sparse input;
+   our options, docs/RESULTS.md)
 Flow variants (configs/flow_synthetic.py only): {', '.join(FLOW_VARIANTS)}
 Most-used fields (--config.FIELD=VALUE; every field, with a comment, in configs/base.py):
   batch_size=4  learning_rate=0.01  num_epochs=10  steps_per_epoch=-1 (-1: one pass)  lr_decay_epochs=5  seed=0

@@ -37,9 +37,9 @@ VARIANT_BY_LOSS = {
 }
 LOSS_BY_OFFICIAL_LOSS = {official: models.VARIANTS[v].loss for official, v in VARIANT_BY_LOSS.items()}
 # The shape of each variant we can load, from models.VARIANTS: (conf_estimator activation or None, var_estimator
-# present). 'cout_depth' variants (a 2-channel var_estimator input) have no official counterpart.
+# present). 'cout_depth' and 'cout_sparse' variants (a 2-channel var_estimator input) have no official counterpart.
 _STRUCTURE = {name: (None if v.conf_estimator == "none" else v.conf_estimator, v.var_estimator != "none")
-              for name, v in models.VARIANTS.items() if v.var_estimator != "cout_depth"}
+              for name, v in models.VARIANTS.items() if v.var_estimator not in ("cout_depth", "cout_sparse")}
 
 
 # --------------------------------------------------------------------------------------------------------------

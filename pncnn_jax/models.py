@@ -247,7 +247,7 @@ class UNet(nn.Module):
 
 
 CONF_ESTIMATORS = ("none", "sigmoid", "softplus")
-VAR_ESTIMATORS = ("none", "cout", "cout_depth")
+VAR_ESTIMATORS = ("none", "cout", "cout_depth", "cout_sparse")
 
 
 class PNCNN(nn.Module):
@@ -259,6 +259,7 @@ class PNCNN(nn.Module):
     c   = cout                                   var_estimator = 'none'
         = softplus(UNet(cout))                   var_estimator = 'cout'       (pNCNN: precision 1/sigma^2)
         = softplus(UNet([cout, mu]))             var_estimator = 'cout_depth' (ablation: also sees mu)
+        = softplus(UNet([cout, x]))              var_estimator = 'cout_sparse' (ours: also sees the sparse input)
 
   c0 is not masked by the input validity (docs/SPEC.md §5) unless `mask_input_confidence` is set (our option,
   not the official network): then c0 <- c0 * [x > 0], so empty pixels carry exactly zero confidence into NConv.
@@ -312,7 +313,8 @@ class PNCNN(nn.Module):
     if self.var_estimator == "none":
       conf = cout
     else:
-      var_in = cout if self.var_estimator == "cout" else jnp.concatenate([cout, xout], axis=-1)
+      var_in = {"cout": cout, "cout_depth": jnp.concatenate([cout, xout], axis=-1),
+                "cout_sparse": jnp.concatenate([cout, x0], axis=-1)}[self.var_estimator]
       if self.detach_variance_input:
         var_in = jax.lax.stop_gradient(var_in)
       conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, remat,
@@ -345,6 +347,8 @@ VARIANTS: dict[str, Variant] = {
     "laplace": Variant("softplus", "cout", "laplace_nll", "ablation: Laplace NLL"),
     "pncnn_beta": Variant("softplus", "cout", "gaussian_nll_beta",
                           "pNCNN trained with beta-NLL weights (our option, not the paper's)"),
+    "sparse_var": Variant("softplus", "cout_sparse", "gaussian_nll",
+                          "var-est also sees the sparse input (our option, not the paper's)"),
 }
 
 

@@ -80,6 +80,9 @@ RUNS: tuple[Run, ...] = (
     Run("pncnn_detach_masked", "pncnn", True, 0, "detach", detach=True),
     Run("pncnn_beta_detach_masked", "pncnn_beta", True, 0, "detach", detach=True),
     Run("pncnn_beta_detach_masked_seed1", "pncnn_beta", True, 1, "detach", detach=True),
+    # Detached, the variance UNet sees only the NConv confidence and loses what c0 told it: the same with the sparse
+    # input as a second channel, so that it can find the disturbed points itself.
+    Run("sparse_var_beta_detach_masked", "sparse_var", True, 0, "detach", loss="gaussian_nll_beta", detach=True),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )

@@ -7,7 +7,7 @@ from pncnn_jax import config as config_lib
 from pncnn_jax import models
 
 KITTI_VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est",
-                  "depth_pred", "laplace", "pncnn_beta")
+                  "depth_pred", "laplace", "pncnn_beta", "sparse_var")
 
 
 def cfg(name, variant):
