@@ -6,7 +6,7 @@ does not hold is written as not holding, with its numbers (docs/RESULTS.md).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -154,56 +154,75 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
   return lines
 
 
-# The data terms of claim (b)'s comparison: the runs (each with all seeds of its recipe, paper.SEED_GROUPS), the
-# gradient each gives the prediction mu at one pixel (c = the predicted precision or inverse Laplace scale) and
-# the kind of error it is made of.
+class Term(NamedTuple):
+  """One recipe of claim (b)'s comparison: its seed-0 run (with all the seeds of paper.SEED_GROUPS), its data term,
+  the gradient that gives the prediction mu at one pixel (c = the predicted precision or inverse Laplace scale),
+  the kind of error it is made of, and what the variance UNet sees (sg = stop-gradient; '-' = no variance UNet)."""
+  run: str
+  data_term: str
+  grad: str
+  kind: str  # 'absolute' | 'squared' | 'both'
+  var_input: str
+
+
 _W = f"{losses.AUX_L1_WEIGHT:g} " if losses.AUX_L1_WEIGHT != 1 else ""
+_BETA = (f"Gaussian NLL, beta-NLL weights, beta = {losses.NLL_BETA}", f"2 c^{1 - losses.NLL_BETA:g} (mu - t)")
 DATA_TERMS = (
-    ("ncnn_conf_l1_masked", "L1 (NCNN-Conf-L1)", "sign(mu - t)", "absolute"),
-    ("laplace_masked", "Laplace NLL", "c sign(mu - t)", "absolute"),
-    ("ncnn_conf_l2_masked", "L2 (NCNN-Conf-L2)", "2 (mu - t)", "squared"),
-    ("pncnn_beta1_masked", "Gaussian NLL, beta-NLL weights, beta = 1", "2 (mu - t)", "squared"),
-    ("pncnn_beta_masked", f"Gaussian NLL, beta-NLL weights, beta = {losses.NLL_BETA}",
-     f"2 c^{1 - losses.NLL_BETA:g} (mu - t)", "squared"),
-    ("pncnn_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)", "squared"),
-    ("pncnn_aux_masked", f"Gaussian NLL + {_W}L1 on mu", f"2 c (mu - t) + {_W}sign(mu - t)", "both"),
-    ("pncnn_beta_aux_masked", f"Gaussian NLL, beta-NLL weights, beta = {losses.NLL_BETA}, + {_W}L1 on mu",
-     f"2 c^{1 - losses.NLL_BETA:g} (mu - t) + {_W}sign(mu - t)", "both"),
+    Term("ncnn_conf_l1_masked", "L1 (NCNN-Conf-L1)", "sign(mu - t)", "absolute", "-"),
+    Term("laplace_masked", "Laplace NLL", "c sign(mu - t)", "absolute", "cout"),
+    Term("ncnn_conf_l2_masked", "L2 (NCNN-Conf-L2)", "2 (mu - t)", "squared", "-"),
+    Term("pncnn_beta1_masked", "Gaussian NLL, beta-NLL weights, beta = 1", "2 (mu - t)", "squared", "cout"),
+    Term("pncnn_beta_masked", *_BETA, "squared", "cout"),
+    Term("pncnn_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)", "squared", "cout"),
+    Term("pncnn_aux_masked", f"Gaussian NLL + {_W}L1 on mu", f"2 c (mu - t) + {_W}sign(mu - t)", "both", "cout"),
+    Term("pncnn_beta_aux_masked", f"{_BETA[0]}, + {_W}L1 on mu", f"{_BETA[1]} + {_W}sign(mu - t)", "both", "cout"),
+    Term("pncnn_detach_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)", "squared", "sg(cout)"),
+    Term("pncnn_beta_detach_masked", *_BETA, "squared", "sg(cout)"),
+    Term("sparse_var_beta_detach_masked", *_BETA, "squared", "sg([cout, x])"),
 )
 _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
           ("both", "a squared error plus an absolute one (the L1 term on mu)"))
 # What each option changes against the plain NLL, for the share of the MAE gap it removes (claim (d)).
 _GAP_CAUSE = {"pncnn_beta_masked": "the NLL's precision weighting", "pncnn_beta1_masked": "the NLL's precision weighting",
-              "pncnn_aux_masked": "the L1 term on mu", "pncnn_beta_aux_masked": "the beta-NLL weights and the L1 term"}
+              "pncnn_aux_masked": "the L1 term on mu", "pncnn_beta_aux_masked": "the beta-NLL weights and the L1 term",
+              "pncnn_beta_detach_masked": "the beta-NLL weights with the variance UNet detached",
+              "sparse_var_beta_detach_masked": "the beta-NLL weights with the variance UNet detached"}
 
 
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
-  """Claim (b) and (d) against the data term each masked-c0 model is trained with, over all seeds of each recipe."""
-  groups = {k: _done_group(runs, k, alone=True) for k, *_ in DATA_TERMS}
-  rows = [(k, term, grad, kind, [runs[n] for n in groups[k]]) for k, term, grad, kind in DATA_TERMS if groups[k]]
+  """Claims (b) and (d) against the objective each masked-c0 model is trained with (its data term, and whether the
+  variance UNet's gradient reaches NConv and c0), over all seeds of each recipe."""
+  groups = {t.run: _done_group(runs, t.run, alone=True) for t in DATA_TERMS}
+  rows = [(t, [runs[n] for n in groups[t.run]]) for t in DATA_TERMS if groups[t.run]]
   if len(rows) < 2:
     return []
   per_seed = lambda rs, f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # d decimals
-  lines = ["", "**What the data term does to c0 and to accuracy** (masked c0; every seed of each recipe; claim (b) "
-           f"needs AUROC and the within-decile AUROC >= {results.AUROC_AIM} and c0 disturbed / clean <= "
-           f"{results.C0_RATIO_MAX}):", "",
-           "| run (seeds) | data term | its gradient on mu | AUROC c0 | same, within depth deciles | (b) holds | "
-           "MAE [mm] | RMSE [mm] | AUSE (pNCNN) |", "|---|---|---|---|---|---|---|---|---|"]
-  for k, term, grad, _, rs in rows:
-    lines.append(f"| `{k}` ({len(rs)}) | {term} | {grad} | {per_seed(rs, lambda r: r['c0']['auroc'], 2)} | "
+  lines = ["", "**What the training objective does to c0 and to accuracy** (masked c0; every seed of each recipe; "
+           f"claim (b) needs AUROC and the within-decile AUROC >= {results.AUROC_AIM} and c0 disturbed / clean <= "
+           f"{results.C0_RATIO_MAX}; sg = stop-gradient: the variance UNet's loss no longer trains NConv and c0):", "",
+           "| run (seeds) | data term | its gradient on mu | variance UNet sees | AUROC c0 | same, within depth "
+           "deciles | (b) holds | MAE [mm] | RMSE [mm] | AUSE (pNCNN) |", "|---|---|---|---|---|---|---|---|---|---|"]
+  for t, rs in rows:
+    lines.append(f"| `{t.run}` ({len(rs)}) | {t.data_term} | {t.grad} | {t.var_input} | "
+                 f"{per_seed(rs, lambda r: r['c0']['auroc'], 2)} | "
                  f"{per_seed(rs, lambda r: r['c0']['auroc_depth_bins'], 2)} | "
                  f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} | "
                  f"{per_seed(rs, lambda r: r['metrics']['mae'], 0)} | "
                  f"{per_seed(rs, lambda r: r['metrics']['rmse'], 0)} | "
                  f"{per_seed(rs, lambda r: r['uncertainty']['ause_pncnn'], 3)} |")
+  count = lambda rs: f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} runs"
   counts = []
   for kind, words in _KINDS:
-    rs = [r for _, _, _, k, group in rows if k == kind for r in group]
+    rs = [r for t, group in rows if t.kind == kind and not t.var_input.startswith("sg") for r in group]
     if rs:
-      counts.append(f"in {sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} runs trained on {words}")
+      counts.append(f"in {count(rs)} trained on {words}")
+  detached = [r for t, group in rows if t.var_input.startswith("sg") for r in group]
   lines += ["", "- **(b) and the data term.** c0 singles out the disturbed points " + ", ".join(counts[:-1])
             + (" and " if len(counts) > 1 else "") + counts[-1] + "."]
-  mae = {k: float(np.mean([r["metrics"]["mae"] for r in rs])) for k, *_, rs in rows}
+  if detached:
+    lines.append(f"- **(b) and the variance UNet's gradient.** With the variance UNet's input detached, c0 singles "
+                 f"out the disturbed points in {count(detached)}.")
+  mae = {t.run: float(np.mean([r["metrics"]["mae"] for r in rs])) for t, rs in rows}
   if {"pncnn_masked", "ncnn_conf_l1_masked"} <= set(mae):
     gap = mae["pncnn_masked"] - mae["ncnn_conf_l1_masked"]
     for k, cause in _GAP_CAUSE.items():

@@ -241,8 +241,8 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   # The L1-term options: a third kind of data term, counted on its own; their share of the gap (700 - 530) / 190.
   runs["pncnn_aux_masked"] = _fake_run(530, 2500, 0.06, *good)
   lines = claims.data_term_lines(runs)
-  assert any(ln.startswith("| `pncnn_aux_masked` (1) | Gaussian NLL + L1 on mu | 2 c (mu - t) + sign(mu - t) | 0.90 | "
-                            "0.85 | 1 of 1 | 530 |") for ln in lines)
+  assert any(ln.startswith("| `pncnn_aux_masked` (1) | Gaussian NLL + L1 on mu | 2 c (mu - t) + sign(mu - t) | cout | "
+                            "0.90 | 0.85 | 1 of 1 | 530 |") for ln in lines)
   assert lines[-3].endswith("in 4 of 6 runs trained on an absolute error, in 1 of 7 runs trained on a squared error "
                             "and in 1 of 1 runs trained on a squared error plus an absolute one (the L1 term on mu).")
   assert lines[-1].startswith("- **(d) and the L1 term on mu.** `pncnn_aux_masked` (mean MAE 530 mm) removes 89 % of")
@@ -250,4 +250,12 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   assert got["(b) the learned c0 of `pncnn_aux_masked` singles out the disturbed points"] is True
   assert got["(d) `pncnn_aux_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"] is True  # +6 %, 0 %
   assert not any("pncnn_beta_aux_masked" in c for c in got)  # not evaluated: no line
+  # Detached runs are counted on their own, not by their data term.
+  runs["pncnn_detach_masked"] = _fake_run(650, 2500, 0.3, *good)
+  lines = claims.data_term_lines(runs)
+  assert any(ln.startswith("| `pncnn_detach_masked` (1) | Gaussian NLL (pNCNN) | 2 c (mu - t) | sg(cout) | 0.90 |")
+             for ln in lines)
+  assert "in 1 of 7 runs trained on a squared error and" in lines[-4]
+  assert lines[-3] == ("- **(b) and the variance UNet's gradient.** With the variance UNet's input detached, c0 "
+                       "singles out the disturbed points in 1 of 1 runs.")
   assert claims.data_term_lines({"pncnn_masked": runs["pncnn_masked"]}) == []
