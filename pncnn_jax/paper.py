@@ -83,6 +83,7 @@ RUNS: tuple[Run, ...] = (
     # Detached, the variance UNet sees only the NConv confidence and loses what c0 told it: the same with the sparse
     # input as a second channel, so that it can find the disturbed points itself.
     Run("sparse_var_beta_detach_masked", "sparse_var", True, 0, "detach", loss="gaussian_nll_beta", detach=True),
+    Run("sparse_var_beta_detach_masked_seed1", "sparse_var", True, 1, "detach", loss="gaussian_nll_beta", detach=True),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -95,6 +96,7 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "pncnn_masked": ENSEMBLE,
     "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
     "pncnn_beta_detach_masked": ("pncnn_beta_detach_masked", "pncnn_beta_detach_masked_seed1"),
+    "sparse_var_beta_detach_masked": ("sparse_var_beta_detach_masked", "sparse_var_beta_detach_masked_seed1"),
     "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
     "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
 }
