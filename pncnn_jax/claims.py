@@ -16,8 +16,8 @@ from pncnn_jax.run_files import format_value as fmt
 
 # Our options beyond the paper's models: their claim lines appear only when they were evaluated (the demo, e.g.,
 # shows a subset of the runs), never as "not measured yet".
-OPTIONAL = ("pncnn_beta_masked", "laplace_masked", "pncnn_aux_masked", "pncnn_beta_aux_masked")
-AUX = ("pncnn_aux_masked", "pncnn_beta_aux_masked")  # the NLL plus an L1 term on mu (losses.gaussian_nll_l1)
+# The other options are compared in the objective table only (`data_term_lines`).
+OPTIONAL = ("pncnn_beta_masked", "laplace_masked", "sparse_var_beta_detach_masked")
 
 
 def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
@@ -39,7 +39,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
                   f"It needs {', '.join(('ncnn',) + forms)}"))
   for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked", "laplace_masked",
-               *AUX):
+               "sparse_var_beta_detach_masked"):
     title = f"(b) the learned c0 of `{name}` singles out the disturbed points"
     if name not in runs:
       if name not in OPTIONAL:
@@ -51,7 +51,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                 f"{c['c0_mean_clean']:.3g} (ratio {c['c0_mean_disturbed'] / c['c0_mean_clean']:.2f}, aim <= "
                 f"{results.C0_RATIO_MAX})" + _seeds_note(runs, name, lambda r: results.c0_singles_out(r["c0"]))))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1"),
-                  ("pncnn_beta_masked", "ncnn_conf_l1_masked"), *((a, "ncnn_conf_l1_masked") for a in AUX)):
+                  ("pncnn_beta_masked", "ncnn_conf_l1_masked"), ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked")):
     title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {results.AUSE_RATIO_MAX})"
     if have(p, conf):
       a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
@@ -63,7 +63,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
       out.append((title, None, ""))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
                   ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
-                  *((a, "ncnn_conf_l1_masked") for a in AUX)):
+                  ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked")):
     title = f"(d) `{p}` within {100 * results.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
     if have(p, conf):
       rel = {k: m(p, k) / m(conf, k) - 1 for k in ("mae", "rmse")}
@@ -220,8 +220,19 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
   lines += ["", "- **(b) and the data term.** c0 singles out the disturbed points " + ", ".join(counts[:-1])
             + (" and " if len(counts) > 1 else "") + counts[-1] + "."]
   if detached:
+    reversed_ = lambda rs: sum(r["c0"]["auroc"] < 0.5 for r in rs)
+    open_ = [r for t, group in rows if t.var_input == "cout" for r in group]
     lines.append(f"- **(b) and the variance UNet's gradient.** With the variance UNet's input detached, c0 singles "
-                 f"out the disturbed points in {count(detached)}.")
+                 f"out the disturbed points in {count(detached)}, and {reversed_(detached)} of {len(detached)} give "
+                 f"it reversed (AUROC < 0.5), against {reversed_(open_)} of {len(open_)} runs whose variance UNet "
+                 "trains c0 through cout.")
+    ause = {t.run: [r["uncertainty"]["ause_pncnn"] for r in rs] for t, rs in rows}
+    have = [k for k in ("pncnn_beta_masked", "pncnn_beta_detach_masked", "sparse_var_beta_detach_masked") if k in ause]
+    if len(have) > 1:
+      lines.append("- **(c) and the detached variance UNet.** AUSE (pNCNN) " + "; ".join(
+          f"`{k}` {', '.join(f'{v:.3f}' for v in ause[k])}" for k in have) + ". Detached, a variance UNet that sees "
+          "only cout loses what c0 told it about the errors; one that also sees the sparse input finds the "
+          "disturbed points itself.")
   mae = {t.run: float(np.mean([r["metrics"]["mae"] for r in rs])) for t, rs in rows}
   if {"pncnn_masked", "ncnn_conf_l1_masked"} <= set(mae):
     gap = mae["pncnn_masked"] - mae["ncnn_conf_l1_masked"]

@@ -17,7 +17,7 @@ from pncnn_jax import flow_report, losses, paper, results, viz
 from pncnn_jax.run_files import format_value as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
-              "pncnn_masked", "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked")
+              "pncnn_masked", "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
 ABLATION_ORDER = ("pncnn_masked", "no_conf_est", "no_var_est_masked", "depth_pred_masked", "laplace_masked",
                   "pncnn_beta_masked", "pncnn_beta1_masked", "pncnn_aux_masked", "pncnn_beta_aux_masked",
                   "pncnn_detach_masked", "pncnn_beta_detach_masked", "sparse_var_beta_detach_masked")
@@ -216,11 +216,14 @@ def _discussion(runs: dict[str, Any]) -> list[str]:
         f"- **(b) pNCNN's c0 separates the disturbed points less sharply than NCNN-Conf's.** AUROC "
         f"{ca['auroc']:.2f} / {ca['auroc_depth_bins']:.2f} within depth deciles against {cb['auroc']:.2f} / "
         f"{cb['auroc_depth_bins']:.2f} for `ncnn_conf_l1_masked`, and over seeds it ranges from selective to "
-        "reversed (table 'Spread over seeds'). pNCNN's c0 is trained only through the NLL, whose depth term is "
-        "scaled by the predicted precision: where the variance network predicts a low precision (around disturbed "
-        "points, at edges) the gradient that would push c0 down is small, and the network can instead explain the "
-        "error there by a large sigma. The table below separates the two parts of that: the precision weighting "
-        "(beta-NLL weights remove it) and the squared error (the L1 and Laplace data terms do not square it)."
+        "reversed (table 'Spread over seeds'). pNCNN's c0 is trained by two objectives at once. Through mu, the "
+        "depth term wants it low at the disturbed points, as NCNN-Conf's is; but that term is scaled by the "
+        "predicted precision, so where the variance network predicts a low precision (around disturbed points, at "
+        "edges) the push is small and the network can explain the error by a large sigma instead. Through cout, "
+        "the variance UNet's only input, the precision term wants c0 to carry whatever tells the variance UNet "
+        "where the errors are, whichever way round: a channel whose sign the seed decides. The table below "
+        "changes one thing at a time: the data term (beta-NLL weights, an L1 term on mu) and the gradient path "
+        "(the variance UNet's input detached, so that only the depth term trains c0)."
         + (f" The run is also not converged by our criterion (best validation RMSE still moved {100 * change:+.1f} % "
            "in the last 30 % of the lr-0.01 phase)." if change is not None and not conv.get("flat") else ""))
   return out
@@ -255,8 +258,8 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
     plt.close(fig)
     out.append(("sparsification.png", "Sparsification curves of every model (pNCNN normalisation; lower is "
                 "better; the area between a model's curve and the oracle is its AUSE)."))
-  learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked", "pncnn_beta_masked")
-             if n in runs]
+  learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked", "pncnn_beta_masked",
+                         "sparse_var_beta_detach_masked") if n in runs]
   if learned:
     fig, axes = plt.subplots(1, len(learned), figsize=(4.2 * len(learned), 3.6), squeeze=False)
     for ax, name in zip(axes[0], learned):
@@ -283,7 +286,7 @@ def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, 
 
 
 def _panel(runs, workdir, figdir, plt, crop):
-  names = [n for n in ("ncnn", "pncnn", "pncnn_masked", "pncnn_beta_masked")
+  names = [n for n in ("ncnn", "pncnn", "pncnn_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
            if n in runs and (workdir / "eval" / f"{n}_panels.npz").exists()]
   if not names:
     return None
