@@ -123,7 +123,11 @@ def _tables(runs, fusion, figures, summary) -> list[str]:
             "evaluated with its disturbed input points deleted: what a perfect input confidence could gain over "
             "NCNN on this benchmark (a bound for claim (a)).", "", HEADER]
   lines += [_row(n, runs[n]) for n in MAIN_ORDER if n in runs]
-  lines += ["", "## Ablations (pNCNN with masked c0 as the reference row)", "", HEADER]
+  lines += ["", "## Ablations (pNCNN with masked c0 as the reference row)", "",
+            "The paper's ablations (`no_conf_est`, `no_var_est`, `depth_pred`, `laplace`), then our options, each one "
+            "change to pNCNN: `beta` = beta-NLL weights (beta 0.5; `beta1`: beta 1), `aux` = an L1 term on mu "
+            "added to the NLL, `detach` = the variance UNet's input detached (its loss trains only itself), "
+            "`sparse_var` = a variance UNet that sees the sparse input beside cout.", "", HEADER]
   lines += [_row(n, runs[n]) for n in ABLATION_ORDER if n in runs]
   lines += ["", "## Fusion of a 4-member pNCNN ensemble (masked c0, seeds 0-3)", ""]
   if fusion:
