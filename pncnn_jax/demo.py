@@ -24,7 +24,7 @@ import time
 CONFIG_FILE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "synthetic.py"
 FRESH_SEED = 1  # scene seed of the demo's evaluation scenes (reproduce uses 0)
 SHOWN = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn", "pncnn_masked",
-         "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked")
+         "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
 
 
 def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
