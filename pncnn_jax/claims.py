@@ -179,6 +179,7 @@ DATA_TERMS = (
     Term("pncnn_detach_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)", "squared", "sg(cout)"),
     Term("pncnn_beta_detach_masked", *_BETA, "squared", "sg(cout)"),
     Term("sparse_var_beta_detach_masked", *_BETA, "squared", "sg([cout, x])"),
+    Term("sparse_var_laplace_detach_masked", "Laplace NLL", "c sign(mu - t)", "absolute", "sg([cout, x])"),
 )
 _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
           ("both", "a squared error plus an absolute one (the L1 term on mu)"))

@@ -84,6 +84,8 @@ RUNS: tuple[Run, ...] = (
     # input as a second channel, so that it can find the disturbed points itself.
     Run("sparse_var_beta_detach_masked", "sparse_var", True, 0, "detach", loss="gaussian_nll_beta", detach=True),
     Run("sparse_var_beta_detach_masked_seed1", "sparse_var", True, 1, "detach", loss="gaussian_nll_beta", detach=True),
+    # The same with an absolute-error data term (Laplace NLL): the kind of term under which c0 was selective most often.
+    Run("sparse_var_laplace_detach_masked", "sparse_var", True, 0, "detach", loss="laplace_nll", detach=True),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
