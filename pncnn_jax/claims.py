@@ -187,7 +187,8 @@ _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
 _GAP_CAUSE = {"pncnn_beta_masked": "the NLL's precision weighting", "pncnn_beta1_masked": "the NLL's precision weighting",
               "pncnn_aux_masked": "the L1 term on mu", "pncnn_beta_aux_masked": "the beta-NLL weights and the L1 term",
               "pncnn_beta_detach_masked": "the beta-NLL weights with the variance UNet detached",
-              "sparse_var_beta_detach_masked": "the beta-NLL weights with the variance UNet detached"}
+              "sparse_var_beta_detach_masked": "the beta-NLL weights with the variance UNet detached",
+              "sparse_var_laplace_detach_masked": "the Laplace NLL with the variance UNet detached"}
 
 
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
