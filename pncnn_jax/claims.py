@@ -157,12 +157,18 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
 class Term(NamedTuple):
   """One recipe of claim (b)'s comparison: its seed-0 run (with all the seeds of paper.SEED_GROUPS), its data term,
   the gradient that gives the prediction mu at one pixel (c = the predicted precision or inverse Laplace scale),
-  the kind of error it is made of, and what the variance UNet sees (sg = stop-gradient; '-' = no variance UNet)."""
+  the kind of error it is made of, what the variance UNet sees (sg = stop-gradient; '-' = no variance UNet) and,
+  for our options, what they change against the plain NLL (the share of the MAE gap they remove, claim (d))."""
   run: str
   data_term: str
   grad: str
   kind: str  # 'absolute' | 'squared' | 'both'
   var_input: str
+  gap_cause: str = ""
+
+  @property
+  def detached(self) -> bool:
+    return self.var_input.startswith("sg(")
 
 
 _W = f"{losses.AUX_L1_WEIGHT:g} " if losses.AUX_L1_WEIGHT != 1 else ""
@@ -171,24 +177,24 @@ DATA_TERMS = (
     Term("ncnn_conf_l1_masked", "L1 (NCNN-Conf-L1)", "sign(mu - t)", "absolute", "-"),
     Term("laplace_masked", "Laplace NLL", "c sign(mu - t)", "absolute", "cout"),
     Term("ncnn_conf_l2_masked", "L2 (NCNN-Conf-L2)", "2 (mu - t)", "squared", "-"),
-    Term("pncnn_beta1_masked", "Gaussian NLL, beta-NLL weights, beta = 1", "2 (mu - t)", "squared", "cout"),
-    Term("pncnn_beta_masked", *_BETA, "squared", "cout"),
+    Term("pncnn_beta1_masked", "Gaussian NLL, beta-NLL weights, beta = 1", "2 (mu - t)", "squared", "cout",
+         "the NLL's precision weighting"),
+    Term("pncnn_beta_masked", *_BETA, "squared", "cout", "the NLL's precision weighting"),
     Term("pncnn_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)", "squared", "cout"),
-    Term("pncnn_aux_masked", f"Gaussian NLL + {_W}L1 on mu", f"2 c (mu - t) + {_W}sign(mu - t)", "both", "cout"),
-    Term("pncnn_beta_aux_masked", f"{_BETA[0]}, + {_W}L1 on mu", f"{_BETA[1]} + {_W}sign(mu - t)", "both", "cout"),
+    Term("pncnn_aux_masked", f"Gaussian NLL + {_W}L1 on mu", f"2 c (mu - t) + {_W}sign(mu - t)", "both", "cout",
+         "the L1 term on mu"),
+    Term("pncnn_beta_aux_masked", f"{_BETA[0]}, + {_W}L1 on mu", f"{_BETA[1]} + {_W}sign(mu - t)", "both", "cout",
+         "the beta-NLL weights and the L1 term"),
     Term("pncnn_detach_masked", "Gaussian NLL (pNCNN)", "2 c (mu - t)", "squared", "sg(cout)"),
-    Term("pncnn_beta_detach_masked", *_BETA, "squared", "sg(cout)"),
-    Term("sparse_var_beta_detach_masked", *_BETA, "squared", "sg([cout, x])"),
-    Term("sparse_var_laplace_detach_masked", "Laplace NLL", "c sign(mu - t)", "absolute", "sg([cout, x])"),
+    Term("pncnn_beta_detach_masked", *_BETA, "squared", "sg(cout)",
+         "the beta-NLL weights with the variance UNet detached"),
+    Term("sparse_var_beta_detach_masked", *_BETA, "squared", "sg([cout, x])",
+         "the beta-NLL weights with the variance UNet detached"),
+    Term("sparse_var_laplace_detach_masked", "Laplace NLL", "c sign(mu - t)", "absolute", "sg([cout, x])",
+         "the Laplace NLL with the variance UNet detached"),
 )
 _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
           ("both", "a squared error plus an absolute one (the L1 term on mu)"))
-# What each option changes against the plain NLL, for the share of the MAE gap it removes (claim (d)).
-_GAP_CAUSE = {"pncnn_beta_masked": "the NLL's precision weighting", "pncnn_beta1_masked": "the NLL's precision weighting",
-              "pncnn_aux_masked": "the L1 term on mu", "pncnn_beta_aux_masked": "the beta-NLL weights and the L1 term",
-              "pncnn_beta_detach_masked": "the beta-NLL weights with the variance UNet detached",
-              "sparse_var_beta_detach_masked": "the beta-NLL weights with the variance UNet detached",
-              "sparse_var_laplace_detach_masked": "the Laplace NLL with the variance UNet detached"}
 
 
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
@@ -215,10 +221,10 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
   count = lambda rs: f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} runs"
   counts = []
   for kind, words in _KINDS:
-    rs = [r for t, group in rows if t.kind == kind and not t.var_input.startswith("sg") for r in group]
+    rs = [r for t, group in rows if t.kind == kind and not t.detached for r in group]
     if rs:
       counts.append(f"in {count(rs)} trained on {words}")
-  detached = [r for t, group in rows if t.var_input.startswith("sg") for r in group]
+  detached = [r for t, group in rows if t.detached for r in group]
   lines += ["", "- **(b) and the data term.** c0 singles out the disturbed points " + ", ".join(counts[:-1])
             + (" and " if len(counts) > 1 else "") + counts[-1] + "."]
   if detached:
@@ -238,9 +244,10 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
   mae = {t.run: float(np.mean([r["metrics"]["mae"] for r in rs])) for t, rs in rows}
   if {"pncnn_masked", "ncnn_conf_l1_masked"} <= set(mae):
     gap = mae["pncnn_masked"] - mae["ncnn_conf_l1_masked"]
-    for k, cause in _GAP_CAUSE.items():
-      if k in mae and gap > 0:
-        lines.append(f"- **(d) and {cause}.** `{k}` (mean MAE {mae[k]:.0f} mm) removes "
+    for t in DATA_TERMS:
+      k = t.run
+      if t.gap_cause and k in mae and gap > 0:
+        lines.append(f"- **(d) and {t.gap_cause}.** `{k}` (mean MAE {mae[k]:.0f} mm) removes "
                      f"{100 * (mae['pncnn_masked'] - mae[k]) / gap:.0f} % of the MAE gap between `pncnn_masked` "
                      f"({mae['pncnn_masked']:.0f} mm, seeds 0-{len(groups['pncnn_masked']) - 1}) and "
                      f"`ncnn_conf_l1_masked` ({mae['ncnn_conf_l1_masked']:.0f} mm, seeds "

@@ -313,8 +313,10 @@ class PNCNN(nn.Module):
     if self.var_estimator == "none":
       conf = cout
     else:
-      var_in = {"cout": cout, "cout_depth": jnp.concatenate([cout, xout], axis=-1),
-                "cout_sparse": jnp.concatenate([cout, x0], axis=-1)}[self.var_estimator]
+      if self.var_estimator == "cout":
+        var_in = cout
+      else:  # one concatenation, the one this model uses
+        var_in = jnp.concatenate([cout, xout if self.var_estimator == "cout_depth" else x0], axis=-1)
       if self.detach_variance_input:
         var_in = jax.lax.stop_gradient(var_in)
       conf = UNet(self.unet_features, 1, "softplus", self.conv_precision, remat,
