@@ -9,7 +9,8 @@ row: step time [s] (and the CPU seconds, user and system, of each step), the pai
 memory of the program (temporaries), peak RSS, and the final loss (the code levers must not change it beyond
 float rounding). Levers (`LEVERS`): the default (`base`: remat on, state donated, glibc with 2 MiB pages) and one
 change each: no rematerialisation, no buffer donation, glibc with 4 KiB pages, glibc tuned as the official code
-was (keeps freed memory), jemalloc or tcmalloc (LD_PRELOAD, Debian/Ubuntu paths), skip joins as one convolution
+was (keeps freed memory), jemalloc or tcmalloc (LD_PRELOAD, Debian/Ubuntu paths), settings that keep the freed
+working memory mapped (one glibc arena; jemalloc retaining, without and with huge pages), skip joins as one convolution
 per input, the NConv backward by autodiff of its fused taps, NConv numerator and denominator as two convolutions,
 two XLA CPU flags, and the two kernels replaced on 2026-11-26 (evening), each put back alone and both together:
 the UNet weight gradient on 2-row tiles with (C_in x K) @ (K x C_out) products on 32-channel blocks
@@ -33,6 +34,7 @@ HUGE = "glibc.malloc.hugetlb=1"
 TUNED = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+JEMALLOC_KEEP = "retain:true,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 
 # name -> (environment of the row's process, options of the row)
 LEVERS = {
@@ -43,6 +45,14 @@ LEVERS = {
     "glibc_tuned": ({"GLIBC_TUNABLES": f"{HUGE}:{TUNED}"}, {}),
     "jemalloc": ({"GLIBC_TUNABLES": "", "LD_PRELOAD": JEMALLOC}, {}),
     "tcmalloc": ({"GLIBC_TUNABLES": "", "LD_PRELOAD": TCMALLOC}, {}),
+    # Settings that keep the step's freed working memory mapped (no page faults on the next step), 2026-11-27:
+    # one malloc arena for every thread (glibc serves a thread arena's multi-GB request only through mmap,
+    # whatever mmap_max says), and jemalloc that never returns memory (without and with huge pages).
+    "glibc_one_arena": ({"GLIBC_TUNABLES": f"{HUGE}:{TUNED}:glibc.malloc.arena_max=1"}, {}),
+    "jemalloc_retain": ({"GLIBC_TUNABLES": "", "LD_PRELOAD": JEMALLOC,
+                         "MALLOC_CONF": JEMALLOC_KEEP}, {}),
+    "jemalloc_retain_thp": ({"GLIBC_TUNABLES": "", "LD_PRELOAD": JEMALLOC,
+                             "MALLOC_CONF": f"{JEMALLOC_KEEP},thp:always,metadata_thp:always"}, {}),
     "skip_split": ({"GLIBC_TUNABLES": HUGE}, {"patch": "skip_split"}),
     "nconv_autodiff": ({"GLIBC_TUNABLES": HUGE}, {"patch": "nconv_autodiff"}),
     "nconv_two_convs": ({"GLIBC_TUNABLES": HUGE}, {"patch": "nconv_two_convs"}),
@@ -108,7 +118,8 @@ def _apply_patches(name: str) -> None:
 
 def _lever_env(name: str) -> dict[str, str]:
   """This process's environment with the lever's allocator/XLA settings in place of ours."""
-  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "XLA_FLAGS")}
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "XLA_FLAGS", "MALLOC_CONF")}
   env.update({k: v for k, v in LEVERS[name][0].items() if v})
   return env
 
@@ -121,7 +132,7 @@ def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dic
 
   def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime, r.ru_stime
+    return r.ru_utime, r.ru_stime, r.ru_minflt
 
   step, state, data = _make_step(opts, batch, height, width)
   t0 = time.perf_counter()
@@ -135,20 +146,22 @@ def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dic
   state, m = compiled(state, data)
   jax.block_until_ready(m)
   out["first_s"] = time.perf_counter() - t0
-  times, rates, user, system = [], [], [], []
+  times, rates, user, system, faults = [], [], [], [], []
   for _ in range(repeats):
     t0 = time.perf_counter()
     jax.block_until_ready(mm(a))
     rates.append(2 * 4096**3 / 1e9 / (time.perf_counter() - t0))
-    u0, s0 = usage()
+    u0, s0, f0 = usage()
     t0 = time.perf_counter()
     state, m = compiled(state, data)
     jax.block_until_ready(m)
     times.append(time.perf_counter() - t0)
-    u1, s1 = usage()
+    u1, s1, f1 = usage()
     user.append(u1 - u0)
     system.append(s1 - s0)
+    faults.append(f1 - f0)
   return out | {"step_s": times, "median_s": float(np.median(times)), "user_s": user, "sys_s": system,
+                "page_faults": faults,
                 "matmul_gflops": rates, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
                 "loss": float(m["loss"]), "load": os.getloadavg()[0]}
 
