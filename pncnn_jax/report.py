@@ -25,16 +25,20 @@ ABLATION_ORDER = ("pncnn_masked", "no_conf_est", "no_var_est_masked", "depth_pre
 
 
 def _row(name: str, e: dict[str, Any]) -> str:
+  return "| " + " | ".join(_cells(name, e)) + " |"
+
+
+def _cells(name: str, e: dict[str, Any]) -> list[str]:
+  """One run's cells of the results tables, in `HEADER`'s order."""
   m, u, c = e["metrics"], e["uncertainty"], e.get("c0")
   conv = e.get("convergence") or {"flat": False, "rmse_change_last_30pct": None}
   flat = "yes" if conv["flat"] else f"no ({_f(100 * conv['rmse_change_last_30pct'], 2)} %)" if conv[
       "rmse_change_last_30pct"] is not None else "n/a"
-  cells = [f"`{name}`", f"{e['params']:,}", _f(m["mae"]), _f(m["rmse"]), _f(m["imae"]), _f(m["irmse"]),
+  return [f"`{name}`", f"{e['params']:,}", _f(m["mae"]), _f(m["rmse"]), _f(m["imae"]), _f(m["irmse"]),
            _f(u["ause_pncnn"], 3), _f(u["ause_gustafsson"], 3), _f(u["auce"], 3), _f(u["nll"], 3),
            _f(c["auroc"], 3) if c else "0.5 (binary)", _f(c["auroc_depth_bins"], 3) if c else "0.5 (binary)",
            f"{_f(c['c0_mean_disturbed'], 3)} / {_f(c['c0_mean_clean'], 3)}" if c else "1 / 1",
            str(e.get("step")), flat]
-  return "| " + " | ".join(cells) + " |"
 
 
 HEADER = ("| run | parameters | MAE [mm] | RMSE [mm] | iMAE [1/km] | iRMSE [1/km] | AUSE (pNCNN) | AUSE (Gustafsson) | "
@@ -43,10 +47,10 @@ HEADER = ("| run | parameters | MAE [mm] | RMSE [mm] | iMAE [1/km] | iRMSE [1/km
 
 
 def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *, intro: str | None = None) -> None:
-  """Writes `path` (markdown), `path`.json and the figures under <path's folder>/results/; `intro` replaces the
-  paragraphs on the recipe (the demo's page)."""
+  """Writes `path` (markdown), `path`.json and the figures under <path's folder>/`figure_folder(path)`/; `intro`
+  replaces the paragraphs on the recipe (the demo's page)."""
   runs, fusion = summary["runs"], summary["fusion"]
-  figdir = path.parent / "results"
+  figdir = path.parent / figure_folder(path)
   figdir.mkdir(parents=True, exist_ok=True)
   figures = _figures(runs, workdir, figdir, summary["scenes"], tuple(summary["recipe"].get("eval_crop", (128, 384))))
   claims = claims_lib.claims(runs, fusion)
@@ -58,14 +62,59 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
     lines = head + _recipe_lines(summary, recipe)
   lines += ["## The claims", ""]
   lines += [f"- {c}: {claims_lib.mark(ok)}." + (f" {nums}." if nums else "") for c, ok, nums in claims]
-  lines += _tables(runs, fusion, figures, summary)
-  if intro is None:
+  lines += _tables(runs, fusion, figures, summary, figure_folder(path))
+  if intro is None and path.name == MAIN_PAGE:
+    lines += scale_section(path.parent / LONG_PAGE, summary)
     lines += flow_section(path.parent / "RESULTS_FLOW.json")
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text("\n".join(lines) + "\n")
   claims_json = [{"claim": c, "holds": ok, "numbers": nums} for c, ok, nums in claims]
   path.with_suffix(".json").write_text(json.dumps({**summary, "claims": claims_json}, indent=1,
                                                   default=results._jsonable) + "\n")  # pylint: disable=protected-access
+
+
+MAIN_PAGE = "RESULTS.md"  # the cpu-scale page; the other scales' pages sit beside it
+LONG_PAGE = "RESULTS_LONG.md"
+
+
+def figure_folder(path: pathlib.Path) -> str:
+  """The figures' folder beside `path`: `results` for docs/RESULTS.md (and the demo's results.md), else the page's
+  own name in lower case (docs/RESULTS_LONG.md -> docs/results_long/), so that two pages never share figures."""
+  return "results" if path.stem.lower() == "results" else path.stem.lower()
+
+
+def scale_section(long_json: pathlib.Path, summary: dict[str, Any]) -> list[str]:
+  """The runs trained at the long scale (RESULTS_LONG.json beside this page) against the same runs here: what
+  training 5x longer changes, with the long page's claims on them; nothing when that page has not been written."""
+  if not long_json.exists():
+    return []
+  long_summary = json.loads(long_json.read_text())
+  names = [n for n in long_summary["runs"] if n in summary["runs"]]
+  if not names:
+    return []
+  recipe = long_summary["recipe"]
+  steps = recipe["steps_per_epoch"] * recipe["num_epochs"]
+  lines = ["", f"## Training {steps} steps ({long_summary['scale']} scale)", "",
+           f"From [{LONG_PAGE}]({LONG_PAGE}) ({long_summary['date']}, commit {str(long_summary['commit'])[:10]}): "
+           f"the runs trained with the same recipe for {steps} steps (lr x0.1 after "
+           f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']}), evaluated on the same "
+           f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the long run's.", "",
+           "| run | MAE [mm] | RMSE [mm] | AUSE (pNCNN) | NLL | AUROC low c0 vs disturbed | same, within depth deciles "
+           "| mean c0 disturbed / clean | val curve flat |", "|" + "---|" * 9]
+
+  def cells(e: dict[str, Any]) -> list[str]:  # MAE, RMSE, AUSE, NLL, the three c0 columns, flat
+    row = _cells("", e)
+    return [row[i] for i in (2, 3, 6, 9, 10, 11, 12, 14)]
+
+  for n in names:
+    here, there = cells(summary["runs"][n]), cells(long_summary["runs"][n])
+    lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(here, there)) + " |")
+  kept = [c for c in long_summary.get("claims", []) if any(f"`{n}`" in c["claim"] or n in c["numbers"] for n in names)]
+  if kept:
+    lines += ["", f"The claims on that page ({steps} steps):", ""]
+    lines += [f"- {c['claim']}: {claims_lib.mark(c['holds'])}." + (f" {c['numbers']}." if c["numbers"] else "")
+              for c in kept]
+  return lines
 
 
 FLOW_LINK = ("The paper's other sparse problem, sparse optical-flow rectification with a multi-channel pNCNN, is at the "
@@ -116,7 +165,7 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
   ]
 
 
-def _tables(runs, fusion, figures, summary) -> list[str]:
+def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str]:
   lines = ["", "## Accuracy and uncertainty", "",
             "`_masked` = our `mask_input_confidence` option (c0 zero where there is no measurement); the other "
             "rows are the official networks. NCNN and NCNN-Conf have no calibrated sigma: their AUSE ranks pixels "
@@ -143,7 +192,7 @@ def _tables(runs, fusion, figures, summary) -> list[str]:
   lines += ["", "## Why the official network fails at this scale", "", _why(runs), ""]
   lines += ["## The claims that do not hold, and why", "", *_discussion(runs), *claims_lib.data_term_lines(runs), "",
             "## Figures", ""]
-  lines += [f"![{t}](results/{f})\n\n{t}\n" for f, t in figures]
+  lines += [f"![{t}]({figsub}/{f})\n\n{t}\n" for f, t in figures]
   if summary["not_finished"]:
     note = summary.get("missing_note", "These runs have not reached their last step; rerun the command to "
                        "continue them")

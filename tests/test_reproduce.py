@@ -159,6 +159,37 @@ def test_results_page_carries_the_flow_claims_and_table(tmp_path):
   assert lines[-1] == "![flow_pncnn panels](results_flow/flow_pncnn_panels.png)"
 
 
+def _table_run(mae, rmse, ause, nll, auroc, flat):
+  return {"params": 668803, "step": 1000, "metrics": {"mae": mae, "rmse": rmse, "imae": 1.0, "irmse": 4.0},
+          "uncertainty": {"ause_pncnn": ause, "ause_gustafsson": ause, "auce": 0.3, "nll": nll},
+          "c0": {"auroc": auroc, "auroc_depth_bins": 0.8, "c0_mean_disturbed": 0.2, "c0_mean_clean": 0.5},
+          "convergence": {"flat": flat, "rmse_change_last_30pct": None if flat else -0.031}}
+
+
+def test_results_page_compares_the_runs_trained_longer(tmp_path):
+  """docs/RESULTS.md shows the runs of RESULTS_LONG.json beside it, each cell 'here -> long', and the long page's
+  claims on those runs only; another page's figures go to their own folder."""
+  from pncnn_jax import report
+  summary = {"runs": {"sv": _table_run(565.4, 2357, 0.0519, 0.233, 0.789, False),
+                      "other": _table_run(1, 2, 0.1, 0.1, 0.5, True)}}
+  assert report.scale_section(tmp_path / "RESULTS_LONG.json", summary) == []  # not written: nothing
+  long = {"scale": "long", "date": "2026-11-27", "commit": "0123456789abcdef",
+          "recipe": {"steps_per_epoch": 250, "num_epochs": 20, "lr_decay_epochs": 16, "test_scenes": 96},
+          "runs": {"sv": _table_run(521.2, 2290, 0.047, 0.21, 0.83, True), "only_long": _table_run(1, 1, 1, 1, 1, True)},
+          "claims": [{"claim": "(b) the learned c0 of `sv` singles out", "holds": True, "numbers": "AUROC 0.83"},
+                     {"claim": "(b) the learned c0 of `zz` singles out", "holds": False, "numbers": "AUROC 0.1"}]}
+  (tmp_path / "RESULTS_LONG.json").write_text(json.dumps(long))
+  lines = report.scale_section(tmp_path / "RESULTS_LONG.json", summary)
+  assert lines[1] == "## Training 5000 steps (long scale)" and "[RESULTS_LONG.md](RESULTS_LONG.md)" in lines[3]
+  rows = [ln for ln in lines if ln.startswith("| `")]
+  assert rows == ["| `sv` | 565.4 -> 521.2 | 2357 -> 2290 | 0.0519 -> 0.047 | 0.233 -> 0.21 | 0.789 -> 0.83 | "
+                  "0.8 -> 0.8 | 0.2 / 0.5 -> 0.2 / 0.5 | no (-3.1 %) -> yes |"]  # only runs on both pages
+  assert "- (b) the learned c0 of `sv` singles out: **holds**. AUROC 0.83." in lines
+  assert not any("`zz`" in ln for ln in lines)
+  assert report.figure_folder(tmp_path / "RESULTS_LONG.md") == "results_long"
+  assert report.figure_folder(tmp_path / "RESULTS.md") == report.figure_folder(tmp_path / "results.md") == "results"
+
+
 def _fake_run(mae, rmse, ause, auroc, auroc_bins, c0_dist, c0_clean):
   return {"metrics": {"mae": mae, "rmse": rmse}, "uncertainty": {"ause_pncnn": ause},
           "c0": {"auroc": auroc, "auroc_depth_bins": auroc_bins, "c0_mean_disturbed": c0_dist,
