@@ -109,7 +109,8 @@ def scale_section(long_json: pathlib.Path, summary: dict[str, Any]) -> list[str]
   for n in names:
     here, there = cells(summary["runs"][n]), cells(long_summary["runs"][n])
     lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(here, there)) + " |")
-  kept = [c for c in long_summary.get("claims", []) if any(f"`{n}`" in c["claim"] or n in c["numbers"] for n in names)]
+  kept = [c for c in long_summary.get("claims", []) if c["holds"] is not None  # measured, and on these runs
+          and any(f"`{n}`" in c["claim"] or f"{n}:" in c["numbers"] for n in names)]
   if kept:
     lines += ["", f"The claims on that page ({steps} steps):", ""]
     lines += [f"- {c['claim']}: {claims_lib.mark(c['holds'])}." + (f" {c['numbers']}." if c["numbers"] else "")

@@ -177,7 +177,8 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
           "recipe": {"steps_per_epoch": 250, "num_epochs": 20, "lr_decay_epochs": 16, "test_scenes": 96},
           "runs": {"sv": _table_run(521.2, 2290, 0.047, 0.21, 0.83, True), "only_long": _table_run(1, 1, 1, 1, 1, True)},
           "claims": [{"claim": "(b) the learned c0 of `sv` singles out", "holds": True, "numbers": "AUROC 0.83"},
-                     {"claim": "(b) the learned c0 of `zz` singles out", "holds": False, "numbers": "AUROC 0.1"}]}
+                     {"claim": "(b) the learned c0 of `zz` singles out", "holds": False, "numbers": "AUROC 0.1"},
+                     {"claim": "(c) `sv` AUSE below", "holds": None, "numbers": ""}]}  # not measured: left out
   (tmp_path / "RESULTS_LONG.json").write_text(json.dumps(long))
   lines = report.scale_section(tmp_path / "RESULTS_LONG.json", summary)
   assert lines[1] == "## Training 5000 steps (long scale)" and "[RESULTS_LONG.md](RESULTS_LONG.md)" in lines[3]
@@ -185,7 +186,7 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
   assert rows == ["| `sv` | 565.4 -> 521.2 | 2357 -> 2290 | 0.0519 -> 0.047 | 0.233 -> 0.21 | 0.789 -> 0.83 | "
                   "0.8 -> 0.8 | 0.2 / 0.5 -> 0.2 / 0.5 | no (-3.1 %) -> yes |"]  # only runs on both pages
   assert "- (b) the learned c0 of `sv` singles out: **holds**. AUROC 0.83." in lines
-  assert not any("`zz`" in ln for ln in lines)
+  assert not any("`zz`" in ln or "(c)" in ln for ln in lines)
   assert report.figure_folder(tmp_path / "RESULTS_LONG.md") == "results_long"
   assert report.figure_folder(tmp_path / "RESULTS.md") == report.figure_folder(tmp_path / "results.md") == "results"
 
