@@ -46,3 +46,35 @@ def test_the_yardstick_is_the_fastest_framework_and_torch_rows_are_compared():
   late = report.behind(results)
   assert any("against 10.00 s for the PyTorch pNCNN on this machine (glibc default)" in x for x in late)
   assert "| 9.00 | 8.35 | 0.93x | 11.00-11.80 | 1.22-1.31x | 7.00 | 0.78x | - | - |" in text
+
+
+def test_profile_step_groups_operations_by_kind():
+  """bench/profile_step.py names each fusion by what it holds (a convolution or dot wins) and sums by kind."""
+  import profile_step  # pylint: disable=g-import-not-at-top
+  hlo = """HloModule m
+
+%fused_conv (p0: f32[1,4,4,2], p1: f32[3,3,2,2]) -> f32[1,4,4,2] {
+  %p0 = f32[1,4,4,2]{3,2,1,0} parameter(0)
+  %p1 = f32[3,3,2,2]{3,2,1,0} parameter(1)
+  ROOT %c = f32[1,4,4,2]{3,2,1,0} convolution(%p0, %p1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+}
+
+%fused_bn (p0: f32[8], p1: f32[8]) -> f32[8] {
+  %p0 = f32[8]{0} parameter(0)
+  %p1 = f32[8]{0} parameter(1)
+  %k = f32[] constant(2)
+  %b = f32[8]{0} broadcast(%k), dimensions={}
+  %m = f32[8]{0} multiply(%p0, %b)
+  ROOT %s = f32[8]{0} subtract(%m, %p1)
+}
+
+ENTRY %main (a: f32[1,4,4,2], w: f32[3,3,2,2], x: f32[8], y: f32[8]) -> f32[8] {
+  %conv_fusion.1 = f32[1,4,4,2]{3,2,1,0} fusion(%a, %w), kind=kCustom, calls=%fused_conv
+  ROOT %bn_fusion.7 = f32[8]{0} fusion(%x, %y), kind=kLoop, calls=%fused_bn
+}
+"""
+  kinds = profile_step.op_kinds(hlo)
+  assert kinds == {"conv_fusion.1": "convolution", "bn_fusion.7": "fusion(multiply,subtract)"}
+  rows = profile_step.summarise({"conv_fusion.1": (2.0, 1), "bn_fusion.7": (0.5, 3), "while.3": (0.25, 1),
+                                 "while.4": (0.25, 2)}, kinds)
+  assert rows == [("convolution", 2.0, 1), ("fusion(multiply,subtract)", 0.5, 3), ("while", 0.5, 3)]
