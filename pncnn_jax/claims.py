@@ -192,8 +192,6 @@ DATA_TERMS = (
          "the beta-NLL weights with the variance UNet detached"),
     Term("sparse_var_laplace_detach_masked", "Laplace NLL", "c sign(mu - t)", "absolute", "sg([cout, x])",
          "the Laplace NLL with the variance UNet detached"),
-    Term("sparse_var_beta_aux_detach_masked", f"{_BETA[0]}, + {_W}L1 on mu", f"{_BETA[1]} + {_W}sign(mu - t)", "both",
-         "sg([cout, x])", "the beta-NLL weights and the L1 term with the variance UNet detached"),
 )
 _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
           ("both", "a squared error plus an absolute one (the L1 term on mu)"))

@@ -86,12 +86,6 @@ RUNS: tuple[Run, ...] = (
     Run("sparse_var_beta_detach_masked_seed1", "sparse_var", True, 1, "detach", loss="gaussian_nll_beta", detach=True),
     # The same with an absolute-error data term (Laplace NLL): the kind of term under which c0 was selective most often.
     Run("sparse_var_laplace_detach_masked", "sparse_var", True, 0, "detach", loss="laplace_nll", detach=True),
-    # Against claim (d): what is left of the MAE gap comes from the squared-error data term; the same model with an
-    # L1 term on mu (absolute error, unweighted), which no longer reverses c0 once the variance UNet is detached.
-    Run("sparse_var_beta_aux_detach_masked", "sparse_var", True, 0, "detach", loss="gaussian_nll_beta_l1",
-        detach=True),
-    Run("sparse_var_beta_aux_detach_masked_seed1", "sparse_var", True, 1, "detach", loss="gaussian_nll_beta_l1",
-        detach=True),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -105,8 +99,6 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
     "pncnn_beta_detach_masked": ("pncnn_beta_detach_masked", "pncnn_beta_detach_masked_seed1"),
     "sparse_var_beta_detach_masked": ("sparse_var_beta_detach_masked", "sparse_var_beta_detach_masked_seed1"),
-    "sparse_var_beta_aux_detach_masked": ("sparse_var_beta_aux_detach_masked",
-                                          "sparse_var_beta_aux_detach_masked_seed1"),
     "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
     "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
 }

@@ -21,7 +21,7 @@ MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "
 ABLATION_ORDER = ("pncnn_masked", "no_conf_est", "no_var_est_masked", "depth_pred_masked", "laplace_masked",
                   "pncnn_beta_masked", "pncnn_beta1_masked", "pncnn_aux_masked", "pncnn_beta_aux_masked",
                   "pncnn_detach_masked", "pncnn_beta_detach_masked", "sparse_var_beta_detach_masked",
-                  "sparse_var_laplace_detach_masked", "sparse_var_beta_aux_detach_masked")
+                  "sparse_var_laplace_detach_masked")
 
 
 def _row(name: str, e: dict[str, Any]) -> str:
