@@ -83,9 +83,11 @@ def figure_folder(path: pathlib.Path) -> str:
   return "results" if path.stem.lower() == "results" else path.stem.lower()
 
 
-def scale_section(long_json: pathlib.Path, summary: dict[str, Any]) -> list[str]:
-  """The runs trained at the long scale (RESULTS_LONG.json beside this page) against the same runs here: what
-  training 5x longer changes, with the long page's claims on them; nothing when that page has not been written."""
+def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]:
+  """The runs of another scale's page (`long_page`, e.g. docs/RESULTS_LONG.md; read from its .json) against the
+  same runs here: what training 5x longer changes, with that page's claims on them; nothing when it has not been
+  written."""
+  long_json = long_page.with_suffix(".json")
   if not long_json.exists():
     return []
   long_summary = json.loads(long_json.read_text())

@@ -5,8 +5,9 @@ r"""The paper's experiments on the built-in synthetic benchmark, in one resumabl
 
 It trains every model of the paper (NCNN, NCNN-Conf L1/L2, pNCNN, pNCNN-Exp, the ablations and a 4-member
 pNCNN ensemble) with one recipe (`pncnn_jax.paper.SCALES`), evaluates all of them on held-out test scenes (the synthetic
-'test' split: seeds that training and validation never see), and writes docs/RESULTS.md and its JSON
-(`pncnn_jax.results`). Every run lives in `<workdir>/runs/<name>` and resumes when the command is rerun, so the
+'test' split: seeds that training and validation never see), and writes docs/RESULTS.md (docs/RESULTS_LONG.md for
+`--scale long`; RESULTS.md then compares the runs of both scales) and its JSON (`pncnn_jax.results`). Every run
+lives in `<workdir>/runs/<name>` and resumes when the command is rerun, so the
 command can be split over several sittings: stop it at any time (a kill loses at most the steps since the last
 checkpoint) and rerun it to continue. Runs already finished are skipped.
 
@@ -116,11 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--scale", default="cpu", choices=sorted(paper.SCALES), help="the training recipe")
   parser.add_argument("--stage", default="all", choices=("all", "train", "evaluate", "report"))
   parser.add_argument("--only", default="", help="comma-separated run names (default: all); see pncnn_jax.paper.RUNS")
-  parser.add_argument("--results", default="docs/RESULTS.md", help="the report to write (and its .json)")
+  parser.add_argument("--results", default="", help="the report to write (and its .json); default docs/RESULTS.md "
+                      "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md)")
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
   parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
+  if not args.results:
+    args.results = "docs/RESULTS.md" if args.scale == "cpu" else f"docs/RESULTS_{args.scale.upper()}.md"
   os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
   try:
     runs = paper.select(args.only)

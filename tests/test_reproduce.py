@@ -172,7 +172,7 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
   from pncnn_jax import report
   summary = {"runs": {"sv": _table_run(565.4, 2357, 0.0519, 0.233, 0.789, False),
                       "other": _table_run(1, 2, 0.1, 0.1, 0.5, True)}}
-  assert report.scale_section(tmp_path / "RESULTS_LONG.json", summary) == []  # not written: nothing
+  assert report.scale_section(tmp_path / report.LONG_PAGE, summary) == []  # not written: nothing
   long = {"scale": "long", "date": "2026-11-27", "commit": "0123456789abcdef",
           "recipe": {"steps_per_epoch": 250, "num_epochs": 20, "lr_decay_epochs": 16, "test_scenes": 96},
           "runs": {"sv": _table_run(521.2, 2290, 0.047, 0.21, 0.83, True), "only_long": _table_run(1, 1, 1, 1, 1, True)},
@@ -180,7 +180,7 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
                      {"claim": "(b) the learned c0 of `zz` singles out", "holds": False, "numbers": "AUROC 0.1"},
                      {"claim": "(c) `sv` AUSE below", "holds": None, "numbers": ""}]}  # not measured: left out
   (tmp_path / "RESULTS_LONG.json").write_text(json.dumps(long))
-  lines = report.scale_section(tmp_path / "RESULTS_LONG.json", summary)
+  lines = report.scale_section(tmp_path / report.LONG_PAGE, summary)  # reads RESULTS_LONG.json beside it
   assert lines[1] == "## Training 5000 steps (long scale)" and "[RESULTS_LONG.md](RESULTS_LONG.md)" in lines[3]
   rows = [ln for ln in lines if ln.startswith("| `")]
   assert rows == ["| `sv` | 565.4 -> 521.2 | 2357 -> 2290 | 0.0519 -> 0.047 | 0.233 -> 0.21 | 0.789 -> 0.83 | "
