@@ -48,7 +48,11 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
     print(f"  {name:22s} MAE {m['mae']:7.1f} mm  RMSE {m['rmse']:7.1f} mm  "
           f"AUSE {runs[name]['uncertainty']['ause_pncnn']:.3f}  ({time.time() - t0:.0f} s)", flush=True)
   first = next(iter(manifests.values()), {})
-  return {"scale": first.get("scale", "cpu"), "recipe": first.get("recipe", {}), "runs": runs, "fusion": None,
+  by_scale: dict[str, list[str]] = {}
+  for name, manifest in manifests.items():
+    by_scale.setdefault(f"{manifest.get('scale', 'cpu')} scale, {manifest['step']} steps", []).append(f"`{name}`")
+  return {"scale": first.get("scale", "cpu"), "trained_at": "; ".join(
+              f"{k}: {', '.join(v)}" for k, v in by_scale.items()), "recipe": first.get("recipe", {}), "runs": runs, "fusion": None,
           "not_finished": [n for n in SHOWN if n not in runs], "commit": first.get("commit"),
           "missing_note": "Not shipped yet (their runs of `python -m pncnn_jax.reproduce` have not finished)",
           "date": time.strftime("%Y-%m-%d"), "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
   summary = evaluate_shipped(root, args.scenes)
   intro = (f"The models shipped in `pncnn_jax/pretrained/synthetic/`, evaluated by `make demo` on {summary['scenes']}"
            ": scenes that no training, validation or docs/RESULTS.md run has seen. The claims are checked with the "
-           "thresholds of docs/RESULTS.md.")
+           "thresholds of docs/RESULTS.md. Each model was trained by `python -m pncnn_jax.reproduce` at the scale "
+           f"its manifest names ({summary['trained_at']}).")
   report.write(summary, root / "results.md", root, intro=intro)
   if args.train_steps:
     print(f"pncnn_jax demo: training pNCNN (masked c0) for {args.train_steps} steps", flush=True)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import flow_report, losses, paper, results, viz
+from pncnn_jax import flow_report, losses, paper, pretrained, results, viz
 from pncnn_jax.run_files import format_value as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
@@ -163,9 +163,23 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
       f"phase is within {100 * results.FLAT_TOLERANCE:.0f} % of the best before it (the best, so that one diverged "
       "validation does not decide; the lr drop then only polishes); the last column says so, or gives the change.",
       "",
+      *shipped_lines(),
       FLOW_LINK,
       "",
   ]
+
+
+def shipped_lines(root: pathlib.Path | None = None) -> list[str]:
+  """Which scale each shipped model (pncnn_jax/pretrained/synthetic/*.json manifests) was trained at."""
+  d = pathlib.Path(root or pretrained.ROOT) / "synthetic"
+  by_scale: dict[str, list[str]] = {}
+  for name in pretrained.available("synthetic", root):
+    m = json.loads((d / f"{name}.json").read_text())
+    by_scale.setdefault(f"`{m.get('scale', '?')}` scale, {m.get('step', '?')} steps", []).append(f"`{name}`")
+  if not by_scale:
+    return []
+  return ["**Shipped weights** (`pncnn_jax/pretrained/synthetic/`, loadable as `synthetic:<name>`), by the scale "
+          "they were trained at: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in by_scale.items()) + ".", ""]
 
 
 def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str]:

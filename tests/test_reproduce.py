@@ -191,6 +191,20 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
   assert report.figure_folder(tmp_path / "RESULTS.md") == report.figure_folder(tmp_path / "results.md") == "results"
 
 
+def test_results_page_names_the_scale_of_each_shipped_model(tmp_path):
+  from pncnn_jax import report
+  assert report.shipped_lines(tmp_path) == []  # nothing shipped: no line
+  d = tmp_path / "synthetic"
+  d.mkdir()
+  for name, scale, step in (("b", "cpu", 1000), ("a", "cpu", 1000), ("c", "long", 5000)):
+    (d / f"{name}.npz").write_bytes(b"")
+    (d / f"{name}.json").write_text(json.dumps({"scale": scale, "step": step}))
+  (d / "lonely.json").write_text("{}")  # no weights beside it: not shipped
+  line = report.shipped_lines(tmp_path)[0]
+  assert line.endswith("by the scale they were trained at: `cpu` scale, 1000 steps: `a`, `b`; "
+                       "`long` scale, 5000 steps: `c`.")
+
+
 def _fake_run(mae, rmse, ause, auroc, auroc_bins, c0_dist, c0_clean):
   return {"metrics": {"mae": mae, "rmse": rmse}, "uncertainty": {"ause_pncnn": ause},
           "c0": {"auroc": auroc, "auroc_depth_bins": auroc_bins, "c0_mean_disturbed": c0_dist,
