@@ -170,16 +170,11 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
 
 
 def shipped_lines(root: pathlib.Path | None = None) -> list[str]:
-  """Which scale each shipped model (pncnn_jax/pretrained/synthetic/*.json manifests) was trained at."""
-  d = pathlib.Path(root or pretrained.ROOT) / "synthetic"
-  by_scale: dict[str, list[str]] = {}
-  for name in pretrained.available("synthetic", root):
-    m = json.loads((d / f"{name}.json").read_text())
-    by_scale.setdefault(f"`{m.get('scale', '?')}` scale, {m.get('step', '?')} steps", []).append(f"`{name}`")
-  if not by_scale:
-    return []
-  return ["**Shipped weights** (`pncnn_jax/pretrained/synthetic/`, loadable as `synthetic:<name>`), by the scale "
-          "they were trained at: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in by_scale.items()) + ".", ""]
+  """Which scale each shipped model (pncnn_jax/pretrained/synthetic/) was trained at."""
+  by_scale = pretrained.by_scale("synthetic", root)
+  return ["**Shipped weights** (`pncnn_jax/pretrained/synthetic/`, loadable as `synthetic:<name>`), by the scale they "
+          "were trained at: " + "; ".join(f"{k}: {', '.join(f'`{n}`' for n in v)}" for k, v in by_scale.items()) + ".",
+          ""] if by_scale else []
 
 
 def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str]:

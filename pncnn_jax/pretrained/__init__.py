@@ -92,6 +92,16 @@ def available(dataset: str = "synthetic", root: str | os.PathLike | None = None)
   return sorted(p.stem for p in d.glob("*.npz") if (d / f"{p.stem}.json").exists()) if d.is_dir() else []
 
 
+def by_scale(dataset: str = "synthetic", root: str | os.PathLike | None = None) -> dict[str, list[str]]:
+  """The shipped names grouped by the recipe their manifests name: {"`cpu` scale, 1000 steps": [names], ...}."""
+  d = pathlib.Path(root or ROOT) / dataset
+  groups: dict[str, list[str]] = {}
+  for name in available(dataset, root):
+    m = json.loads((d / f"{name}.json").read_text())
+    groups.setdefault(f"`{m.get('scale', '?')}` scale, {m.get('step', '?')} steps", []).append(name)
+  return groups
+
+
 def load(spec: str, root: str | os.PathLike | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
   """('synthetic:<name>') -> (variables {'params', 'batch_stats'?}, manifest); `root` replaces the package's
   folder (tests).
