@@ -134,7 +134,7 @@ def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dic
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime, r.ru_stime, r.ru_minflt
 
-  step, state, data = _make_step(opts, batch, height, width)
+  step, state, data = make_step(opts, batch, height, width)
   t0 = time.perf_counter()
   compiled = step.lower(state, data).compile()
   out = {"lever": name, "compile_s": time.perf_counter() - t0,
@@ -166,7 +166,7 @@ def run_row(name: str, repeats: int, height: int, width: int, batch: int) -> dic
                 "loss": float(m["loss"]), "load": os.getloadavg()[0]}
 
 
-def _make_step(opts: dict, batch: int, height: int, width: int):
+def make_step(opts: dict, batch: int, height: int, width: int):
   """The row's jitted training step (trace it after the row's code patches), a fresh state and the batch."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -195,7 +195,7 @@ def run_paired(names: list[str], rounds: int, height: int, width: int, batch: in
   compile_s = {}
 
   def compiled(name):
-    step, state, data = _make_step(LEVERS[name][1], batch, height, width)
+    step, state, data = make_step(LEVERS[name][1], batch, height, width)
     t0 = time.perf_counter()
     program = step.lower(state, data).compile()
     compile_s[name] = time.perf_counter() - t0

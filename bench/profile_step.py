@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import json
 import pathlib
 import re
@@ -74,18 +73,9 @@ def main(argv=None) -> int:
     return 2
 
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import models, train_step  # pylint: disable=g-import-not-at-top
+  from bench_levers import make_step  # pylint: disable=g-import-not-at-top  # the benchmarks' step and batch
 
-  model = models.build_model("pncnn")
-  state = train_step.create_train_state(model, models.init_variables(model, jax.random.key(0)),
-                                        train_step.make_optimizer(0.01))
-  rng = np.random.default_rng(0)
-  shape = (args.batch, args.height, args.width, 1)
-  data = {"sparse": jnp.asarray(np.where(rng.random(shape) < 0.05, rng.uniform(2, 80, shape), 0), jnp.float32),
-          "target": jnp.asarray(np.where(rng.random(shape) < 0.2, rng.uniform(2, 80, shape), 0), jnp.float32)}
-  step = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"), donate_argnums=(0,))
+  step, state, data = make_step({}, args.batch, args.height, args.width)
   compiled = step.lower(state, data).compile()
   kinds = op_kinds(compiled.as_text())
   for _ in range(2):

@@ -48,9 +48,8 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
     print(f"  {name:22s} MAE {m['mae']:7.1f} mm  RMSE {m['rmse']:7.1f} mm  "
           f"AUSE {runs[name]['uncertainty']['ause_pncnn']:.3f}  ({time.time() - t0:.0f} s)", flush=True)
   first = next(iter(manifests.values()), {})
-  trained_at = "; ".join(f"{k}: {', '.join(f'`{n}`' for n in v if n in runs)}"
-                         for k, v in pretrained.by_scale("synthetic").items() if set(v) & set(runs))
-  return {"scale": first.get("scale", "cpu"), "trained_at": trained_at, "recipe": first.get("recipe", {}), "runs": runs, "fusion": None,
+  return {"scale": first.get("scale", "cpu"), "trained_at": pretrained.describe_scales(runs),
+          "recipe": first.get("recipe", {}), "runs": runs, "fusion": None,
           "not_finished": [n for n in SHOWN if n not in runs], "commit": first.get("commit"),
           "missing_note": "Not shipped yet (their runs of `python -m pncnn_jax.reproduce` have not finished)",
           "date": time.strftime("%Y-%m-%d"), "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,

@@ -50,7 +50,8 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   """Writes `path` (markdown), `path`.json and the figures under <path's folder>/`figure_folder(path)`/; `intro`
   replaces the paragraphs on the recipe (the demo's page)."""
   runs, fusion = summary["runs"], summary["fusion"]
-  figdir = path.parent / figure_folder(path)
+  figsub = figure_folder(path)
+  figdir = path.parent / figsub
   figdir.mkdir(parents=True, exist_ok=True)
   figures = _figures(runs, workdir, figdir, summary["scenes"], tuple(summary["recipe"].get("eval_crop", (128, 384))))
   claims = claims_lib.claims(runs, fusion)
@@ -61,8 +62,8 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   else:
     lines = head + _recipe_lines(summary, recipe)
   lines += ["## The claims", ""]
-  lines += [f"- {c}: {claims_lib.mark(ok)}." + (f" {nums}." if nums else "") for c, ok, nums in claims]
-  lines += _tables(runs, fusion, figures, summary, figure_folder(path))
+  lines += [_claim_line(*c) for c in claims]
+  lines += _tables(runs, fusion, figures, summary, figsub)
   if intro is None and path.name == MAIN_PAGE:
     lines += scale_section(path.parent / LONG_PAGE, summary)
     lines += flow_section(path.parent / "RESULTS_FLOW.json")
@@ -83,14 +84,15 @@ def figure_folder(path: pathlib.Path) -> str:
   return "results" if path.stem.lower() == "results" else path.stem.lower()
 
 
+_SCALE_COLUMNS = ("MAE [mm]", "RMSE [mm]", "AUSE (pNCNN)", "NLL", "AUROC low c0 vs disturbed",
+                  "same, within depth deciles", "mean c0 disturbed / clean", "val curve flat")  # of HEADER
+
+
 def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]:
-  """The runs of another scale's page (`long_page`, e.g. docs/RESULTS_LONG.md; read from its .json) against the
-  same runs here: what training 5x longer changes, with that page's claims on them; nothing when it has not been
-  written."""
+  """The runs of another scale's page (`long_page`, read from its .json) against the same runs here, with that page's
+  claims on them: what training longer changes; nothing when it has not been written."""
   long_json = long_page.with_suffix(".json")
-  if not long_json.exists():
-    return []
-  long_summary = json.loads(long_json.read_text())
+  long_summary = json.loads(long_json.read_text()) if long_json.exists() else {"runs": {}}
   names = [n for n in long_summary["runs"] if n in summary["runs"]]
   if not names:
     return []
@@ -101,13 +103,9 @@ def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]
            f"the runs trained with the same recipe for {steps} steps (lr x0.1 after "
            f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']}), evaluated on the same "
            f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the long run's.", "",
-           "| run | MAE [mm] | RMSE [mm] | AUSE (pNCNN) | NLL | AUROC low c0 vs disturbed | same, within depth deciles "
-           "| mean c0 disturbed / clean | val curve flat |", "|" + "---|" * 9]
-
-  def cells(e: dict[str, Any]) -> list[str]:  # MAE, RMSE, AUSE, NLL, the three c0 columns, flat
-    row = _cells("", e)
-    return [row[i] for i in (2, 3, 6, 9, 10, 11, 12, 14)]
-
+           "| run | " + " | ".join(_SCALE_COLUMNS) + " |", "|" + "---|" * (len(_SCALE_COLUMNS) + 1)]
+  picked = [HEADER.split("\n")[0].strip("| ").split(" | ").index(c) for c in _SCALE_COLUMNS]
+  cells = lambda e: [_cells("", e)[i] for i in picked]  # noqa: E731
   for n in names:
     here, there = cells(summary["runs"][n]), cells(long_summary["runs"][n])
     lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(here, there)) + " |")
@@ -115,9 +113,12 @@ def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]
           and any(f"`{n}`" in c["claim"] or f"{n}:" in c["numbers"] for n in names)]
   if kept:
     lines += ["", f"The claims on that page ({steps} steps):", ""]
-    lines += [f"- {c['claim']}: {claims_lib.mark(c['holds'])}." + (f" {c['numbers']}." if c["numbers"] else "")
-              for c in kept]
+    lines += [_claim_line(c["claim"], c["holds"], c["numbers"]) for c in kept]
   return lines
+
+
+def _claim_line(claim: str, ok: bool | None, numbers: str) -> str:
+  return f"- {claim}: {claims_lib.mark(ok)}." + (f" {numbers}." if numbers else "")
 
 
 FLOW_LINK = ("The paper's other sparse problem, sparse optical-flow rectification with a multi-channel pNCNN, is at the "
@@ -171,10 +172,9 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
 
 def shipped_lines(root: pathlib.Path | None = None) -> list[str]:
   """Which scale each shipped model (pncnn_jax/pretrained/synthetic/) was trained at."""
-  by_scale = pretrained.by_scale("synthetic", root)
-  return ["**Shipped weights** (`pncnn_jax/pretrained/synthetic/`, loadable as `synthetic:<name>`), by the scale they "
-          "were trained at: " + "; ".join(f"{k}: {', '.join(f'`{n}`' for n in v)}" for k, v in by_scale.items()) + ".",
-          ""] if by_scale else []
+  text = pretrained.describe_scales(root=root)
+  return [f"**Shipped weights** (`pncnn_jax/pretrained/synthetic/`, loadable as `synthetic:<name>`), by the scale "
+          f"they were trained at: {text}.", ""] if text else []
 
 
 def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str]:
