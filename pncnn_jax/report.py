@@ -10,10 +10,8 @@ import json
 import pathlib
 from typing import Any
 
-import numpy as np
-
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import flow_report, losses, paper, pretrained, results, viz
+from pncnn_jax import flow_report, paper, pretrained, report_figures, results
 from pncnn_jax.run_files import format_value as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
@@ -32,8 +30,9 @@ def _cells(name: str, e: dict[str, Any]) -> list[str]:
   """One run's cells of the results tables, in `HEADER`'s order."""
   m, u, c = e["metrics"], e["uncertainty"], e.get("c0")
   conv = e.get("convergence") or {"flat": False, "rmse_change_last_30pct": None}
-  flat = "yes" if conv["flat"] else f"no ({_f(100 * conv['rmse_change_last_30pct'], 2)} %)" if conv[
-      "rmse_change_last_30pct"] is not None else "n/a"
+  change = conv["rmse_change_last_30pct"]
+  flat = "yes" if conv["flat"] else "n/a" if change is None else f"no ({100 * change:+.1f} %, " + (
+      "still falling)" if change < 0 else "rose: its best came earlier)")
   return [f"`{name}`", f"{e['params']:,}", _f(m["mae"]), _f(m["rmse"]), _f(m["imae"]), _f(m["irmse"]),
            _f(u["ause_pncnn"], 3), _f(u["ause_gustafsson"], 3), _f(u["auce"], 3), _f(u["nll"], 3),
            _f(c["auroc"], 3) if c else "0.5 (binary)", _f(c["auroc_depth_bins"], 3) if c else "0.5 (binary)",
@@ -53,7 +52,8 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   figsub = figure_folder(path)
   figdir = path.parent / figsub
   figdir.mkdir(parents=True, exist_ok=True)
-  figures = _figures(runs, workdir, figdir, summary["scenes"], tuple(summary["recipe"].get("eval_crop", (128, 384))))
+  figures = report_figures.figures(runs, workdir, figdir, summary["scenes"],
+                                    tuple(summary["recipe"].get("eval_crop", (128, 384))), MAIN_ORDER, ABLATION_ORDER)
   claims = claims_lib.claims(runs, fusion)
   recipe = summary["recipe"]
   head = ["# Results: the paper's claims on the synthetic benchmark, with our own training", ""]
@@ -162,7 +162,8 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
       "",
       "**Convergence.** A run counts as converged when the best validation RMSE of the last 30 % of its lr-0.01 "
       f"phase is within {100 * results.FLAT_TOLERANCE:.0f} % of the best before it (the best, so that one diverged "
-      "validation does not decide; the lr drop then only polishes); the last column says so, or gives the change.",
+      "validation does not decide; the lr drop then only polishes); the last column says so, or gives the change: "
+      "a curve still falling wants more steps, one that rose had its best earlier (longer training will not help).",
       "",
       *shipped_lines(),
       FLOW_LINK,
@@ -293,108 +294,3 @@ def _discussion(runs: dict[str, Any]) -> list[str]:
         + (f" The run is also not converged by our criterion (best validation RMSE still moved {100 * change:+.1f} % "
            "in the last 30 % of the lr-0.01 phase)." if change is not None and not conv.get("flat") else ""))
   return out
-
-
-def _figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, scenes: str, crop: tuple[int, int]
-             ) -> list[tuple[str, str]]:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  out = []
-  if runs:
-    fig, ax = plt.subplots(figsize=(11, 5.5))
-    first = next(iter(runs.values()))
-    fr = np.asarray(first["sparsification"]["fractions"])
-    colours = plt.get_cmap("tab20").colors  # more than the 10 of the default cycle: one colour per model
-    for i, name in enumerate(dict.fromkeys(n for n in MAIN_ORDER[1:] + ABLATION_ORDER[1:] if n in runs)):
-      sp = runs[name]["sparsification"]
-      ax.plot(fr, sp["model"], label=name, lw=1.2, color=colours[(2 * i) % 20 + (2 * i) // 20],
-              linestyle="-" if name in MAIN_ORDER else "-.")
-    ax.plot(fr, runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs
-            else first["sparsification"]["oracle"], "k--", lw=1.5, label="oracle (pncnn_masked errors)")
-    ax.set_xlabel("fraction of pixels removed (least confident first)")
-    ax.set_ylabel("RMSE of the pixels kept (normalised, unitless)")
-    ax.set_title(f"Sparsification curves on {scenes}\npNCNN normalisation: each model curve / its max, "
-                 "oracle / its first value", fontsize=9)
-    ax.legend(fontsize=7, title=viz.SPARSIFICATION_NOTES["pncnn"], title_fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))  # beside the axes: inside, it hid curves
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(figdir / "sparsification.png", dpi=110)
-    plt.close(fig)
-    out.append(("sparsification.png", "Sparsification curves of every model (pNCNN normalisation; lower is "
-                "better; the area between a model's curve and the oracle is its AUSE)."))
-  learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked", "pncnn_beta_masked",
-                         "sparse_var_beta_detach_masked") if n in runs]
-  if learned:
-    fig, axes = plt.subplots(1, len(learned), figsize=(4.2 * len(learned), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], learned):
-      c = runs[name]["c0"]
-      edges = np.asarray(c["hist_edges_log10"])
-      for key, colour, label in (("hist_clean", "tab:blue", "clean"), ("hist_disturbed", "tab:red", "disturbed")):
-        h = np.asarray(c[key], np.float64)
-        ax.stairs(h / max(h.sum(), 1), edges, color=colour, label=f"{label} points", lw=1.5)
-      ax.set_title(f"{name}\nAUROC {c['auroc']:.2f}", fontsize=9)
-      ax.set_xlabel("log10 c0 (unitless)")
-      ax.set_ylabel("fraction of points")
-      ax.legend(fontsize=7)
-    fig.suptitle(f"Input confidence c0 at disturbed vs clean LiDAR points ({scenes}; the end bins hold all "
-                 "values beyond them)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(figdir / "c0_histogram.png", dpi=110)
-    plt.close(fig)
-    out.append(("c0_histogram.png", "Distribution of the learned input confidence on disturbed and on clean "
-                "input points (each histogram normalised to 1)."))
-  panel = _panel(runs, workdir, figdir, plt, crop)
-  if panel:
-    out.append(panel)
-  return out
-
-
-def _panel(runs, workdir, figdir, plt, crop):
-  names = [n for n in ("ncnn", "pncnn", "pncnn_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
-           if n in runs and (workdir / "eval" / f"{n}_panels.npz").exists()]
-  if not names:
-    return None
-  loaded = {n: dict(np.load(workdir / "eval" / f"{n}_panels.npz")) for n in names}
-  ref = loaded[names[0]]
-  sparse, target = ref["sparse_0"], ref["target_0"]
-  vmax = float(np.percentile(target[target > 0], 99)) if (target > 0).any() else 80.0
-  cols = 4
-  fig, axes = plt.subplots(len(names) + 1, cols, figsize=(4.6 * cols, 1.9 * (len(names) + 1)), squeeze=False)
-
-  def show(ax, img, title, cmap, label, vmin=None, vmax_=None, log=False):
-    from matplotlib import colors  # pylint: disable=g-import-not-at-top
-    if log and vmax_ < 10 * vmin:  # under a decade: a linear scale reads better
-      log, label = False, label.replace(" (log)", "").replace(", log)", ")")
-    norm = colors.LogNorm(vmin=vmin, vmax=vmax_) if log else None
-    im = ax.imshow(img, cmap=cmap, norm=norm, vmin=None if log else vmin, vmax=None if log else vmax_,
-                   interpolation="nearest")
-    ax.set_title(title, fontsize=8)
-    ax.set_xticks([]), ax.set_yticks([])
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).set_label(label, fontsize=7)
-
-  show(axes[0, 0], np.where(sparse > 0, sparse, np.nan), "input: sparse LiDAR depth", "turbo", "depth [m]", 0, vmax)
-  show(axes[0, 1], np.where(target > 0, target, np.nan), "ground truth (semi-dense)", "turbo", "depth [m]", 0, vmax)
-  axes[0, 2].axis("off"), axes[0, 3].axis("off")
-  for i, n in enumerate(names, start=1):
-    p = loaded[n]
-    c0 = p["input_confidence_0"]
-    show(axes[i, 0], p["depth_0"], f"{n}: prediction", "turbo", "depth [m]", 0, vmax)
-    show(axes[i, 1], p["error_0"], f"{n}: |error| at ground truth", "magma", "error [m]", 0, 5)
-    unc = p["uncertainty_0"]
-    if runs[n]["loss"] in losses.PROBABILISTIC_LOSSES:
-      show(axes[i, 2], unc, f"{n}: predicted sigma", "viridis", "sigma [m] (log)", max(float(np.nanmin(unc)), 1e-3),
-           max(float(np.nanmax(unc)), 1e-2), log=True)
-    else:
-      show(axes[i, 2], np.maximum(unc, 1e-12), f"{n}: output confidence", "viridis", "confidence (unitless, log)",
-           1e-6, 1.0, log=True)
-    pts = sparse > 0
-    show(axes[i, 3], np.where(pts, np.maximum(c0, 1e-6), np.nan), f"{n}: input confidence c0 at input points",
-         "viridis", "c0 (unitless, log)", 1e-3, max(float(np.nanmax(np.where(pts, c0, np.nan))), 1e-2), log=True)
-  fig.suptitle(f"A held-out test scene ({crop[0]}x{crop[1]} centre crop)", fontsize=10)
-  fig.tight_layout()
-  fig.savefig(figdir / "panels.png", dpi=100)
-  plt.close(fig)
-  return ("panels.png", "One held-out scene: input, ground truth, and for each model the prediction, its error, "
-          "its uncertainty and its input confidence.")

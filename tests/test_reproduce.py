@@ -184,8 +184,10 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
   assert lines[1] == "## Training 5000 steps (long scale)" and "[RESULTS_LONG.md](RESULTS_LONG.md)" in lines[3]
   rows = [ln for ln in lines if ln.startswith("| `")]
   assert rows == ["| `sv` | 565.4 -> 521.2 | 2357 -> 2290 | 0.0519 -> 0.047 | 0.233 -> 0.21 | 0.789 -> 0.83 | "
-                  "0.8 -> 0.8 | 0.2 / 0.5 -> 0.2 / 0.5 | no (-3.1 %) -> yes |"]  # only runs on both pages
+                  "0.8 -> 0.8 | 0.2 / 0.5 -> 0.2 / 0.5 | no (-3.1 %, still falling) -> yes |"]  # only runs on both pages
   assert "- (b) the learned c0 of `sv` singles out: **holds**. AUROC 0.83." in lines
+  rose = _table_run(1, 2, 0.1, 0.1, 0.5, False) | {"convergence": {"flat": False, "rmse_change_last_30pct": 0.084}}
+  assert report._cells("r", rose)[-1] == "no (+8.4 %, rose: its best came earlier)"  # pylint: disable=protected-access
   assert not any("`zz`" in ln or "(c)" in ln for ln in lines)
   assert report.figure_folder(tmp_path / "RESULTS_LONG.md") == "results_long"
   assert report.figure_folder(tmp_path / "RESULTS.md") == report.figure_folder(tmp_path / "results.md") == "results"

@@ -27,7 +27,7 @@ LAYERS = [
     ["evaluate", "flow_eval"],
     ["ensemble", "predict", "export"],
     ["train", "results"],
-    ["report", "flow_report", "claims"],
+    ["report", "report_figures", "flow_report", "claims"],
     ["demo", "reproduce", "flow_reproduce"],
 ]
 MAX_LINES = 400

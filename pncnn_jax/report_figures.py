@@ -1,0 +1,128 @@
+"""The figures of a results page (docs/RESULTS*.md): sparsification curves, c0 histograms, a qualitative panel.
+
+`pncnn_jax.report` writes the text and calls `figures`; the numbers come from `pncnn_jax.results` summaries.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Sequence
+
+import numpy as np
+
+from pncnn_jax import losses, viz
+
+
+def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, scenes: str, crop: tuple[int, int],
+            main_order: Sequence[str], ablation_order: Sequence[str]) -> list[tuple[str, str]]:
+  """Draws the page's figures into `figdir` and returns their (file name, caption) pairs.
+
+  sparsification.png  every run's sparsification curve (pNCNN normalisation), in `main_order` then
+                      `ablation_order` (the first name of each is skipped: it is the reference row of its table),
+                      the ablations dash-dotted, and the oracle of pncnn_masked.
+  c0_histogram.png    the learned input confidence on disturbed vs clean input points, one panel per c0 model.
+  panels.png          one held-out scene (input, truth; each model's prediction, error, uncertainty and c0), from
+                      <workdir>/eval/<run>_panels.npz.
+  Runs missing from `runs` (or their panels file) are left out; a figure with nothing to show is not drawn.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  out = []
+  if runs:
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    first = next(iter(runs.values()))
+    fr = np.asarray(first["sparsification"]["fractions"])
+    colours = plt.get_cmap("tab20").colors  # more than the 10 of the default cycle: one colour per model
+    for i, name in enumerate(dict.fromkeys(n for n in tuple(main_order[1:]) + tuple(ablation_order[1:]) if n in runs)):
+      sp = runs[name]["sparsification"]
+      ax.plot(fr, sp["model"], label=name, lw=1.2, color=colours[(2 * i) % 20 + (2 * i) // 20],
+              linestyle="-" if name in main_order else "-.")
+    ax.plot(fr, runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs
+            else first["sparsification"]["oracle"], "k--", lw=1.5, label="oracle (pncnn_masked errors)")
+    ax.set_xlabel("fraction of pixels removed (least confident first)")
+    ax.set_ylabel("RMSE of the pixels kept (normalised, unitless)")
+    ax.set_title(f"Sparsification curves on {scenes}\npNCNN normalisation: each model curve / its max, "
+                 "oracle / its first value", fontsize=9)
+    ax.legend(fontsize=7, title=viz.SPARSIFICATION_NOTES["pncnn"], title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))  # beside the axes: inside, it hid curves
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(figdir / "sparsification.png", dpi=110)
+    plt.close(fig)
+    out.append(("sparsification.png", "Sparsification curves of every model (pNCNN normalisation; lower is "
+                "better; the area between a model's curve and the oracle is its AUSE)."))
+  learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked", "pncnn_beta_masked",
+                         "sparse_var_beta_detach_masked") if n in runs]
+  if learned:
+    fig, axes = plt.subplots(1, len(learned), figsize=(4.2 * len(learned), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], learned):
+      c = runs[name]["c0"]
+      edges = np.asarray(c["hist_edges_log10"])
+      for key, colour, label in (("hist_clean", "tab:blue", "clean"), ("hist_disturbed", "tab:red", "disturbed")):
+        h = np.asarray(c[key], np.float64)
+        ax.stairs(h / max(h.sum(), 1), edges, color=colour, label=f"{label} points", lw=1.5)
+      ax.set_title(f"{name}\nAUROC {c['auroc']:.2f}", fontsize=9)
+      ax.set_xlabel("log10 c0 (unitless)")
+      ax.set_ylabel("fraction of points")
+      ax.legend(fontsize=7)
+    fig.suptitle(f"Input confidence c0 at disturbed vs clean LiDAR points ({scenes}; the end bins hold all "
+                 "values beyond them)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(figdir / "c0_histogram.png", dpi=110)
+    plt.close(fig)
+    out.append(("c0_histogram.png", "Distribution of the learned input confidence on disturbed and on clean "
+                "input points (each histogram normalised to 1)."))
+  panel = _panel(runs, workdir, figdir, plt, crop)
+  if panel:
+    out.append(panel)
+  return out
+
+
+def _panel(runs, workdir, figdir, plt, crop):
+  names = [n for n in ("ncnn", "pncnn", "pncnn_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
+           if n in runs and (workdir / "eval" / f"{n}_panels.npz").exists()]
+  if not names:
+    return None
+  loaded = {n: dict(np.load(workdir / "eval" / f"{n}_panels.npz")) for n in names}
+  ref = loaded[names[0]]
+  sparse, target = ref["sparse_0"], ref["target_0"]
+  vmax = float(np.percentile(target[target > 0], 99)) if (target > 0).any() else 80.0
+  cols = 4
+  fig, axes = plt.subplots(len(names) + 1, cols, figsize=(4.6 * cols, 1.9 * (len(names) + 1)), squeeze=False)
+
+  def show(ax, img, title, cmap, label, vmin=None, vmax_=None, log=False):
+    from matplotlib import colors  # pylint: disable=g-import-not-at-top
+    if log and vmax_ < 10 * vmin:  # under a decade: a linear scale reads better
+      log, label = False, label.replace(" (log)", "").replace(", log)", ")")
+    norm = colors.LogNorm(vmin=vmin, vmax=vmax_) if log else None
+    im = ax.imshow(img, cmap=cmap, norm=norm, vmin=None if log else vmin, vmax=None if log else vmax_,
+                   interpolation="nearest")
+    ax.set_title(title, fontsize=8)
+    ax.set_xticks([]), ax.set_yticks([])
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).set_label(label, fontsize=7)
+
+  show(axes[0, 0], np.where(sparse > 0, sparse, np.nan), "input: sparse LiDAR depth", "turbo", "depth [m]", 0, vmax)
+  show(axes[0, 1], np.where(target > 0, target, np.nan), "ground truth (semi-dense)", "turbo", "depth [m]", 0, vmax)
+  axes[0, 2].axis("off"), axes[0, 3].axis("off")
+  for i, n in enumerate(names, start=1):
+    p = loaded[n]
+    c0 = p["input_confidence_0"]
+    show(axes[i, 0], p["depth_0"], f"{n}: prediction", "turbo", "depth [m]", 0, vmax)
+    show(axes[i, 1], p["error_0"], f"{n}: |error| at ground truth", "magma", "error [m]", 0, 5)
+    unc = p["uncertainty_0"]
+    if runs[n]["loss"] in losses.PROBABILISTIC_LOSSES:
+      show(axes[i, 2], unc, f"{n}: predicted sigma", "viridis", "sigma [m] (log)", max(float(np.nanmin(unc)), 1e-3),
+           max(float(np.nanmax(unc)), 1e-2), log=True)
+    else:
+      show(axes[i, 2], np.maximum(unc, 1e-12), f"{n}: output confidence", "viridis", "confidence (unitless, log)",
+           1e-6, 1.0, log=True)
+    pts = sparse > 0
+    show(axes[i, 3], np.where(pts, np.maximum(c0, 1e-6), np.nan), f"{n}: input confidence c0 at input points",
+         "viridis", "c0 (unitless, log)", 1e-3, max(float(np.nanmax(np.where(pts, c0, np.nan))), 1e-2), log=True)
+  fig.suptitle(f"A held-out test scene ({crop[0]}x{crop[1]} centre crop)", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(figdir / "panels.png", dpi=100)
+  plt.close(fig)
+  return ("panels.png", "One held-out scene: input, ground truth, and for each model the prediction, its error, "
+          "its uncertainty and its input confidence.")
