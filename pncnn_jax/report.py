@@ -12,6 +12,7 @@ from typing import Any
 
 from pncnn_jax import claims as claims_lib
 from pncnn_jax import flow_report, paper, pretrained, report_figures, results
+from pncnn_jax.run_files import flat_label
 from pncnn_jax.run_files import format_value as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
@@ -30,9 +31,7 @@ def _cells(name: str, e: dict[str, Any]) -> list[str]:
   """One run's cells of the results tables, in `HEADER`'s order."""
   m, u, c = e["metrics"], e["uncertainty"], e.get("c0")
   conv = e.get("convergence") or {"flat": False, "rmse_change_last_30pct": None}
-  change = conv["rmse_change_last_30pct"]
-  flat = "yes" if conv["flat"] else "n/a" if change is None else f"no ({100 * change:+.1f} %, " + (
-      "still falling)" if change < 0 else "rose: its best came earlier)")
+  flat = flat_label(conv["flat"], conv["rmse_change_last_30pct"])
   return [f"`{name}`", f"{e['params']:,}", _f(m["mae"]), _f(m["rmse"]), _f(m["imae"]), _f(m["irmse"]),
            _f(u["ause_pncnn"], 3), _f(u["ause_gustafsson"], 3), _f(u["auce"], 3), _f(u["nll"], 3),
            _f(c["auroc"], 3) if c else "0.5 (binary)", _f(c["auroc_depth_bins"], 3) if c else "0.5 (binary)",
