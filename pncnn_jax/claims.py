@@ -143,7 +143,8 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
   for key, group in groups.items():
     auroc, ause = cols[key]["AUROC c0"], cols[key]["AUSE (pNCNN)"]
     text = (f"\n`{key}`, seeds 0-{len(group) - 1}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
-            f"({sum(a < 0.5 for a in auroc)} below 0.5: that c0 trusts the disturbed points more than the clean ones); "
+            f"({sum(a < 0.5 for a in auroc)} of {len(auroc)} below 0.5, i.e. with a c0 that trusts the disturbed points more "
+            "than the clean ones); "
             f"AUSE spans {min(ause):.3f}-{max(ause):.3f}")
     if key != ref and ref in groups:
       r = cols[ref]["AUSE (pNCNN)"]

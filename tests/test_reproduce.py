@@ -240,7 +240,7 @@ def test_claims_carry_their_spread_over_seeds():
   rows = [ln for ln in lines if ln.startswith("| `pncnn_masked") and "mean (sd)" not in ln]
   assert len(rows) == 4 and rows[0].startswith("| `pncnn_masked` | 540 | 2600 | 0.11 | 0.9 | 0.7 | 0.1 |")
   assert lines[-2].startswith("| `pncnn_masked` seeds 0-3: mean (sd) | 532.5 (22.2) | 2612 (62.9) |")
-  assert "AUROC of c0 spans 0.20-0.90 (1 below 0.5" in lines[-1] and "spans 0.050-0.110 against 0.200" in lines[-1]
+  assert "AUROC of c0 spans 0.20-0.90 (1 of 4 below 0.5" in lines[-1] and "spans 0.050-0.110 against 0.200" in lines[-1]
   # A second recipe (beta-NLL, seeds 0-1) gets its own rows, mean and count once both of its runs are done.
   runs["pncnn_beta_masked"] = _fake_run(505, 2400, 0.12, 0.9, 0.85, 0.05, 1.0)  # (d) yes, (c) no
   assert "over seeds" not in claims.claims(runs, None)[-2][2]
@@ -259,7 +259,7 @@ def test_claims_carry_their_spread_over_seeds():
   lines = claims.seed_lines(runs)
   assert "(`pncnn_masked`, `pncnn_beta_masked`)" in lines[3]
   assert any(ln.startswith("| `pncnn_beta_masked` seeds 0-1: mean (sd) | 552.5 (67.2) | 2400 (0) |") for ln in lines)
-  assert lines[-1].startswith("\n`pncnn_beta_masked`, seeds 0-1: the AUROC of c0 spans 0.90-0.90 (0 below 0.5")
+  assert lines[-1].startswith("\n`pncnn_beta_masked`, seeds 0-1: the AUROC of c0 spans 0.90-0.90 (0 of 2 below 0.5")
   assert not any("laplace_masked" in c for c, *_ in claims.claims(runs, None))  # an option not run: no line
   del runs["pncnn_masked_seed3"], runs["pncnn_beta_masked_seed1"]
   assert claims.seed_lines(runs) == [] and "over seeds" not in claims.claims(runs, None)[3][2]
