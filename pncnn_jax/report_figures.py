@@ -118,7 +118,7 @@ def _panel(runs, workdir, figdir, plt, crop):
       show(axes[i, 2], np.maximum(unc, 1e-12), f"{n}: output confidence", "viridis", "confidence (unitless, log)",
            1e-6, 1.0, log=True)
     pts = sparse > 0
-    show(axes[i, 3], np.where(pts, np.maximum(c0, 1e-6), np.nan), f"{n}: input confidence c0 at input points",
+    show(axes[i, 3], np.where(pts, np.maximum(c0, 1e-6), np.nan), f"{n}: c0 at the input points",
          "viridis", "c0 (unitless, log)", 1e-3, max(float(np.nanmax(np.where(pts, c0, np.nan))), 1e-2), log=True)
   fig.suptitle(f"A held-out test scene ({crop[0]}x{crop[1]} centre crop)", fontsize=10)
   fig.tight_layout()
