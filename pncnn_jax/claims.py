@@ -34,7 +34,8 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
       ok = all(m(f, k) < m("ncnn", k) for f in forms for k in ("mae", "rmse"))
       nums = "; ".join(f"{f}: MAE {m(f, 'mae'):.0f} / RMSE {m(f, 'rmse'):.0f} mm" for f in forms)
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", ok,
-                  f"NCNN: MAE {m('ncnn', 'mae'):.0f} / RMSE {m('ncnn', 'rmse'):.0f} mm; {nums}"))
+                  f"NCNN: MAE {m('ncnn', 'mae'):.0f} / RMSE {m('ncnn', 'rmse'):.0f} mm; {nums}"
+                  + _lengths_note(runs, "ncnn", *forms)))
     else:
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
                   f"It needs {', '.join(('ncnn',) + forms)}"))
@@ -58,7 +59,8 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
       out.append((title, results.ause_clearly_below(a, b), f"AUSE (pNCNN def.) {a:.3f} vs {b:.3f} (ratio "
                   f"{a / b:.2f}); the paper: 0.05 vs 0.31 on KITTI" + _seeds_note(
                       runs, p, lambda r: results.ause_clearly_below(r["uncertainty"]["ause_pncnn"], b))
-                  + _group_means_note(runs, p, conf, lambda r: r["uncertainty"]["ause_pncnn"])))
+                  + _group_means_note(runs, p, conf, lambda r: r["uncertainty"]["ause_pncnn"])
+                  + _lengths_note(runs, p, conf)))
     elif p not in OPTIONAL:
       out.append((title, None, ""))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
@@ -71,7 +73,8 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
       out.append((title, results.accuracy_close(runs[p]["metrics"], ref),
                   f"MAE {m(p, 'mae'):.0f} vs {m(conf, 'mae'):.0f} mm ({100 * rel['mae']:+.1f} %), RMSE "
                   f"{m(p, 'rmse'):.0f} vs {m(conf, 'rmse'):.0f} mm ({100 * rel['rmse']:+.1f} %)"
-                  + _seeds_note(runs, p, lambda r: results.accuracy_close(r["metrics"], ref))))
+                  + _seeds_note(runs, p, lambda r: results.accuracy_close(r["metrics"], ref))
+                  + _lengths_note(runs, p, conf)))
     elif p not in OPTIONAL:
       out.append((title, None, ""))
   title = "(e) confidence-based fusion beats the plain mean (4-member pNCNN ensemble, RMSE)"
@@ -91,6 +94,15 @@ def _done_group(runs: dict[str, Any], name: str, alone: bool = False) -> tuple[s
   all of them are in `runs`; () otherwise."""
   group = paper.SEED_GROUPS.get(name, (name,) if alone else ())
   return group if group and all(n in runs for n in group) else ()
+
+
+def _lengths_note(runs: dict[str, Any], *names: str) -> str:
+  """'; unequal training lengths: `a` 5000 steps, `b` 1000' when the compared runs were trained for different numbers
+  of steps (the demo's shipped models can mix scales; a reproduction page never does), else ''."""
+  steps = {n: runs[n].get("step") for n in names}
+  if None in steps.values() or len(set(steps.values())) < 2:
+    return ""
+  return "; unequal training lengths: " + ", ".join(f"`{n}` {s} steps" for n, s in steps.items())
 
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:

@@ -216,6 +216,29 @@ def _fake_run(mae, rmse, ause, auroc, auroc_bins, c0_dist, c0_clean):
                  "c0_mean_clean": c0_clean}}
 
 
+def test_claims_name_unequal_training_lengths():
+  """A claim comparing runs trained for different numbers of steps says so (the demo's shipped models mix scales);
+  runs of one length, or without a step, get no note. The verdict itself is unchanged."""
+  from pncnn_jax import claims  # pylint: disable=g-import-not-at-top
+  runs = {"ncnn": _fake_run(650, 2800, 0.3, 0.5, 0.5, 1, 1) | {"step": 1000},
+          "ncnn_conf_l1_masked": _fake_run(500, 2500, 0.2, 0.9, 0.85, 0.01, 0.2) | {"step": 1000},
+          "ncnn_conf_l2_masked": _fake_run(600, 2400, 0.6, 0.6, 0.7, 0.2, 0.3) | {"step": 1000},
+          "sparse_var_beta_detach_masked": _fake_run(510, 2300, 0.04, 0.88, 0.85, 0.2, 1.1) | {"step": 5000}}
+  got = {c: (ok, nums) for c, ok, nums in claims.claims(runs, None)}
+  d = got["(d) `sparse_var_beta_detach_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"]
+  assert d == (True, "MAE 510 vs 500 mm (+2.0 %), RMSE 2300 vs 2500 mm (-8.0 %); unequal training lengths: "
+               "`sparse_var_beta_detach_masked` 5000 steps, `ncnn_conf_l1_masked` 1000 steps")
+  c = next(v for k, v in got.items() if k.startswith("(c) `sparse_var_beta_detach_masked`"))
+  assert c[1].endswith("; unequal training lengths: `sparse_var_beta_detach_masked` 5000 steps, "
+                       "`ncnn_conf_l1_masked` 1000 steps")
+  a = got["(a) NCNN-Conf (L1 and L2, masked c0) beats NCNN in MAE and RMSE"]
+  assert a[0] is True and "unequal" not in a[1]
+  del runs["ncnn"]["step"]
+  runs["ncnn_conf_l2_masked"]["step"] = 5000
+  assert "unequal" not in dict((c, n) for c, _, n in claims.claims(runs, None))[
+      "(a) NCNN-Conf (L1 and L2, masked c0) beats NCNN in MAE and RMSE"]  # a step unknown: nothing to say
+
+
 def test_claims_carry_their_spread_over_seeds():
   """The pNCNN claims (b)-(d) say for how many of the 4 seeds of one recipe they hold; the seed table has the runs
   and their mean (sd). Worked by hand: the reference has AUSE 0.2, MAE 500, RMSE 2500."""
