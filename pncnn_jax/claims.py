@@ -89,10 +89,9 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
   return out
 
 
-def _done_group(runs: dict[str, Any], name: str, alone: bool = False) -> tuple[str, ...]:
-  """The runs of `name`'s recipe over its seeds (paper.SEED_GROUPS; `alone`: (name,) for a run without seeds) when
-  all of them are in `runs`; () otherwise."""
-  group = paper.SEED_GROUPS.get(name, (name,) if alone else ())
+def _done_group(runs: dict[str, Any], name: str) -> tuple[str, ...]:
+  """The runs of `name`'s recipe over its seeds (paper.SEED_GROUPS) when all of them are in `runs`; () otherwise."""
+  group = paper.SEED_GROUPS.get(name, ())
   return group if group and all(n in runs for n in group) else ()
 
 
@@ -103,6 +102,15 @@ def _lengths_note(runs: dict[str, Any], *names: str) -> str:
   if None in steps.values() or len(set(steps.values())) < 2:
     return ""
   return "; unequal training lengths: " + ", ".join(f"`{n}` {s} steps" for n, s in steps.items())
+
+
+def _seed_list(names: tuple[str, ...]) -> str:
+  """'seed 0', 'seeds 0-3' or 'seeds 0, 2': the seeds of the named runs."""
+  seeds = sorted(paper.RUNS_BY_NAME[n].seed for n in names)
+  if len(seeds) == 1:
+    return f"seed {seeds[0]}"
+  return f"seeds {seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else (
+      "seeds " + ", ".join(map(str, seeds)))
 
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
@@ -213,12 +221,12 @@ _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
   """Claims (b) and (d) against the objective each masked-c0 model is trained with (its data term, and whether the
   variance UNet's gradient reaches NConv and c0), over all seeds of each recipe."""
-  groups = {t.run: _done_group(runs, t.run, alone=True) for t in DATA_TERMS}
+  groups = {t.run: tuple(n for n in paper.SEED_GROUPS.get(t.run, (t.run,)) if n in runs) for t in DATA_TERMS}
   rows = [(t, [runs[n] for n in groups[t.run]]) for t in DATA_TERMS if groups[t.run]]
   if len(rows) < 2:
     return []
   per_seed = lambda rs, f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # d decimals
-  lines = ["", "**What the training objective does to c0 and to accuracy** (masked c0; every seed of each recipe; "
+  lines = ["", "**What the training objective does to c0 and to accuracy** (masked c0; every finished seed of each recipe; "
            f"claim (b) needs AUROC and the within-decile AUROC >= {results.AUROC_AIM} and c0 disturbed / clean <= "
            f"{results.C0_RATIO_MAX}; sg = stop-gradient: the variance UNet's loss no longer trains NConv and c0):", "",
            "| run (seeds) | data term | its gradient on mu | variance UNet sees | AUROC c0 | same, within depth "
@@ -245,8 +253,8 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
     open_ = [r for t, group in rows if t.var_input == "cout" for r in group]
     lines.append(f"- **(b) and the variance UNet's gradient.** With the variance UNet's input detached, c0 singles "
                  f"out the disturbed points in {count(detached)}, and {reversed_(detached)} of {len(detached)} give "
-                 f"it reversed (AUROC < 0.5), against {reversed_(open_)} of {len(open_)} runs whose variance UNet "
-                 "trains c0 through cout.")
+                 "it reversed (AUROC < 0.5)" + (f", against {reversed_(open_)} of {len(open_)} runs whose variance "
+                                                "UNet trains c0 through cout." if open_ else "."))
     ause = {t.run: [r["uncertainty"]["ause_pncnn"] for r in rs] for t, rs in rows}
     have = [k for k in ("pncnn_beta_masked", "pncnn_beta_detach_masked", "sparse_var_beta_detach_masked") if k in ause]
     if len(have) > 1:
@@ -262,9 +270,9 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
       if t.gap_cause and k in mae and gap > 0:
         lines.append(f"- **(d) and {t.gap_cause}.** `{k}` (mean MAE {mae[k]:.0f} mm) removes "
                      f"{100 * (mae['pncnn_masked'] - mae[k]) / gap:.0f} % of the MAE gap between `pncnn_masked` "
-                     f"({mae['pncnn_masked']:.0f} mm, seeds 0-{len(groups['pncnn_masked']) - 1}) and "
-                     f"`ncnn_conf_l1_masked` ({mae['ncnn_conf_l1_masked']:.0f} mm, seeds "
-                     f"0-{len(groups['ncnn_conf_l1_masked']) - 1}).")
+                     f"({mae['pncnn_masked']:.0f} mm, {_seed_list(groups['pncnn_masked'])}) and "
+                     f"`ncnn_conf_l1_masked` ({mae['ncnn_conf_l1_masked']:.0f} mm, "
+                     f"{_seed_list(groups['ncnn_conf_l1_masked'])}).")
   return lines
 
 

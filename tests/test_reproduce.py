@@ -343,4 +343,15 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   runs["sparse_var_beta_detach_masked_seed1"] = _fake_run(560, 2400, 0.06, *good)
   assert any(ln.startswith("- **(c) and the detached variance UNet.** AUSE (pNCNN) `pncnn_beta_masked` 0.050, 0.050; "
                            "`sparse_var_beta_detach_masked` 0.050, 0.060. Detached,") for ln in claims.data_term_lines(runs))
+  # A page where only some seeds are finished (the long scale): each recipe with the seeds it has; with no run whose
+  # variance UNet trains c0, the detached count stands alone (was '0 of 0').
+  part = {n: runs[n] for n in ("ncnn_conf_l1_masked", "ncnn_conf_l2_masked", "sparse_var_beta_detach_masked",
+                               "sparse_var_beta_detach_masked_seed1")}
+  lines = claims.data_term_lines(part)
+  assert [ln.split(" | ")[0] for ln in lines if ln.startswith("| `")] == [
+      "| `ncnn_conf_l1_masked` (1)", "| `ncnn_conf_l2_masked` (1)", "| `sparse_var_beta_detach_masked` (2)"]
+  assert any(ln.endswith("in 1 of 2 runs, and 0 of 2 give it reversed (AUROC < 0.5).") for ln in lines)
+  part |= {n: runs[n] for n in ("pncnn_masked", "pncnn_masked_seed2")}
+  assert claims.data_term_lines(part)[-1].endswith("of the MAE gap between `pncnn_masked` (700 mm, seeds 0, 2) and "
+                                                   "`ncnn_conf_l1_masked` (500 mm, seed 0).")
   assert claims.data_term_lines({"pncnn_masked": runs["pncnn_masked"]}) == []
