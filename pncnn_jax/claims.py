@@ -119,7 +119,7 @@ def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
   if not group:
     return ""
   k = sum(bool(holds(runs[n])) for n in group)
-  return (f"; over seeds 0-{len(group) - 1} of the same recipe it holds for {k} of {len(group)} "
+  return (f"; over {_seed_list(group)} of the same recipe it holds for {k} of {len(group)} "
           "(table 'Spread over seeds')")
 
 
@@ -156,19 +156,19 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
   for key, group in groups.items():
     lines += [f"| `{n}` | " + " | ".join(fmt(v[i], d) for v, d in zip(cols[key].values(), digits)) + " |"
               for i, n in enumerate(group)]
-    lines.append(f"| `{key}` seeds 0-{len(group) - 1}: mean (sd) | " + " | ".join(
+    lines.append(f"| `{key}` {_seed_list(group)}: mean (sd) | " + " | ".join(
         f"{fmt(float(np.mean(v)), d)} ({fmt(float(np.std(v, ddof=1)), 3)})" for v, d in zip(cols[key].values(), digits))
         + " |")
   ref = "ncnn_conf_l1_masked"
   for key, group in groups.items():
     auroc, ause = cols[key]["AUROC c0"], cols[key]["AUSE (pNCNN)"]
-    text = (f"\n`{key}`, seeds 0-{len(group) - 1}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
+    text = (f"\n`{key}`, {_seed_list(group)}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
             f"({sum(a < 0.5 for a in auroc)} of {len(auroc)} below 0.5, i.e. with a c0 that trusts the disturbed points more "
             "than the clean ones); "
             f"AUSE spans {min(ause):.3f}-{max(ause):.3f}")
     if key != ref and ref in groups:
       r = cols[ref]["AUSE (pNCNN)"]
-      text += f" against {min(r):.3f}-{max(r):.3f} for `{ref}` (seeds 0-{len(groups[ref]) - 1})"
+      text += f" against {min(r):.3f}-{max(r):.3f} for `{ref}` ({_seed_list(groups[ref])})"
     elif key != ref and ref in runs:
       text += f" against {runs[ref]['uncertainty']['ause_pncnn']:.3f} for `{ref}` (one run, seed 0)"
     lines.append(text + ".")
