@@ -31,10 +31,12 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
   for forms in (("ncnn_conf_l1_masked", "ncnn_conf_l2_masked"), ("ncnn_conf_l1", "ncnn_conf_l2")):
     label = "masked c0" if forms[0].endswith("masked") else "official network"
     if have("ncnn", *forms):
-      ok = all(m(f, k) < m("ncnn", k) for f in forms for k in ("mae", "rmse"))
+      misses = [f"{f} {k.upper()} {100 * (m(f, k) / m('ncnn', k) - 1):+.1f} %" for f in forms for k in ("mae", "rmse")
+                if not m(f, k) < m("ncnn", k)]
       nums = "; ".join(f"{f}: MAE {m(f, 'mae'):.0f} / RMSE {m(f, 'rmse'):.0f} mm" for f in forms)
-      out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", ok,
+      out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", not misses,
                   f"NCNN: MAE {m('ncnn', 'mae'):.0f} / RMSE {m('ncnn', 'rmse'):.0f} mm; {nums}"
+                  + (f" (not below NCNN: {', '.join(misses)})" if misses else "")
                   + _lengths_note(runs, "ncnn", *forms)))
     else:
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,

@@ -213,8 +213,30 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
 
 
 def _why(runs: dict[str, Any]) -> str:
-  if "pncnn" not in runs or "pncnn_masked" not in runs:
-    return "Needs the `pncnn` and `pncnn_masked` runs."
+  parts = [_why_pncnn(runs)] if "pncnn" in runs and "pncnn_masked" in runs else []
+  official = [n for n in ("ncnn_conf_l1", "ncnn_conf_l2") if n in runs]
+  if official and "ncnn" in runs:
+    parts.append(_why_ncnn_conf(runs, official))
+  return "\n\n".join(parts) or "Needs the `pncnn` and `pncnn_masked` runs, or `ncnn` and an official NCNN-Conf run."
+
+
+def _why_ncnn_conf(runs: dict[str, Any], official: list[str]) -> str:
+  """What the empty pixels' c0 costs the official NCNN-Conf runs in accuracy against NCNN (claim (a))."""
+  n = runs["ncnn"]["metrics"]
+  rows = []
+  for name in official:
+    c, m = runs[name]["c0"], runs[name]["metrics"]
+    rows.append(f"`{name}` ({runs[name].get('step', '?')} steps) gives the empty pixels mean c0 {c['c0_mean_empty']:.2g}, "
+                f"{100 * c['empty_weight_share']:.1f} % of the input confidence NConv receives; its MAE / RMSE are "
+                f"{m['mae']:.0f} / {m['rmse']:.0f} mm ({100 * (m['mae'] / n['mae'] - 1):+.1f} % / "
+                f"{100 * (m['rmse'] / n['rmse'] - 1):+.1f} % against NCNN) and its c0 at the input points is "
+                f"{c['c0_mean_clean']:.3g} on clean and {c['c0_mean_disturbed']:.3g} on disturbed points "
+                f"(AUROC {c['auroc']:.2f}, {c['auroc_depth_bins']:.2f} within depth deciles)")
+  return ("The official NCNN-Conf has the same extra task: its c0 must also learn to vanish at the empty pixels. "
+          + "; ".join(rows) + ".")
+
+
+def _why_pncnn(runs: dict[str, Any]) -> str:
   a, b = runs["pncnn"]["c0"], runs["pncnn_masked"]["c0"]
   ma, mb = runs["pncnn"]["metrics"], runs["pncnn_masked"]["metrics"]
   rel = "higher" if a["c0_mean_disturbed"] > a["c0_mean_clean"] else "lower"

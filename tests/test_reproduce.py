@@ -257,7 +257,12 @@ def test_claims_name_unequal_training_lengths():
   assert c[1].endswith("; unequal training lengths: `sparse_var_beta_detach_masked` 5000 steps, "
                        "`ncnn_conf_l1_masked` 1000 steps")
   a = got["(a) NCNN-Conf (L1 and L2, masked c0) beats NCNN in MAE and RMSE"]
-  assert a[0] is True and "unequal" not in a[1]
+  assert a[0] is True and "unequal" not in a[1] and "not below" not in a[1]
+  runs["ncnn_conf_l2_masked"]["metrics"]["mae"] = 715.0  # a miss names the model, the metric and by how much
+  a = dict((c, (ok, n)) for c, ok, n in claims.claims(runs, None))[
+      "(a) NCNN-Conf (L1 and L2, masked c0) beats NCNN in MAE and RMSE"]
+  assert a == (False, "NCNN: MAE 650 / RMSE 2800 mm; ncnn_conf_l1_masked: MAE 500 / RMSE 2500 mm; "
+               "ncnn_conf_l2_masked: MAE 715 / RMSE 2400 mm (not below NCNN: ncnn_conf_l2_masked MAE +10.0 %)")
   del runs["ncnn"]["step"]
   runs["ncnn_conf_l2_masked"]["step"] = 5000
   assert "unequal" not in dict((c, n) for c, _, n in claims.claims(runs, None))[
@@ -380,3 +385,20 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   assert claims.data_term_lines(part)[-1].endswith("of the MAE gap between `pncnn_masked` (700 mm, seeds 0, 2) and "
                                                    "`ncnn_conf_l1_masked` (500 mm, seed 0).")
   assert claims.data_term_lines({"pncnn_masked": runs["pncnn_masked"]}) == []
+
+
+def test_why_section_explains_the_official_ncnn_conf_without_pncnn():
+  """The 'why the official network fails' section speaks of the official NCNN-Conf runs (claim (a)) from their own
+  numbers, also on a page without the pNCNN pair (the long page)."""
+  from pncnn_jax import report  # pylint: disable=g-import-not-at-top
+  c0 = {"c0_mean_empty": 0.0022, "empty_weight_share": 0.026, "c0_mean_clean": 0.915, "c0_mean_disturbed": 0.953,
+        "auroc": 0.377, "auroc_depth_bins": 0.286}
+  runs = {"ncnn": {"metrics": {"mae": 600.0, "rmse": 3000.0}},
+          "ncnn_conf_l1": {"step": 5000, "metrics": {"mae": 525.0, "rmse": 3300.0}, "c0": c0}}
+  text = report._why(runs)
+  assert text.startswith("The official NCNN-Conf has the same extra task")
+  assert ("`ncnn_conf_l1` (5000 steps) gives the empty pixels mean c0 0.0022, 2.6 % of the input confidence NConv "
+          "receives; its MAE / RMSE are 525 / 3300 mm (-12.5 % / +10.0 % against NCNN)") in text
+  assert "0.915 on clean and 0.953 on disturbed points (AUROC 0.38, 0.29 within depth deciles)." in text
+  assert "pncnn" not in text
+  assert report._why({"ncnn": runs["ncnn"]}).startswith("Needs the")
