@@ -91,7 +91,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
   return out
 
 
-def _done_group(runs: dict[str, Any], name: str) -> tuple[str, ...]:
+def done_group(runs: dict[str, Any], name: str) -> tuple[str, ...]:
   """The runs of `name`'s recipe over its seeds (paper.SEED_GROUPS) when all of them are in `runs`; () otherwise."""
   group = paper.SEED_GROUPS.get(name, ())
   return group if group and all(n in runs for n in group) else ()
@@ -106,7 +106,7 @@ def _lengths_note(runs: dict[str, Any], *names: str) -> str:
   return "; unequal training lengths: " + ", ".join(f"`{n}` {s} steps" for n, s in steps.items())
 
 
-def _seed_list(names: tuple[str, ...]) -> str:
+def seed_list(names: tuple[str, ...]) -> str:
   """'seed 0', 'seeds 0-3' or 'seeds 0, 2': the seeds of the named runs."""
   seeds = sorted(paper.RUNS_BY_NAME[n].seed for n in names)
   if len(seeds) == 1:
@@ -117,11 +117,11 @@ def _seed_list(names: tuple[str, ...]) -> str:
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
   """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group whose runs are all done."""
-  group = _done_group(runs, name)
+  group = done_group(runs, name)
   if not group:
     return ""
   k = sum(bool(holds(runs[n])) for n in group)
-  return (f"; over {_seed_list(group)} of the same recipe it holds for {k} of {len(group)} "
+  return (f"; over {seed_list(group)} of the same recipe it holds for {k} of {len(group)} "
           "(table 'Spread over seeds')")
 
 
@@ -135,7 +135,7 @@ def _seed_columns(runs: dict[str, Any], group: tuple[str, ...]) -> dict[str, lis
 
 def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
   """'; means over seeds: a vs b (ratio)' when both runs key complete paper.SEED_GROUPS groups."""
-  groups = [_done_group(runs, n) for n in (name, ref)]
+  groups = [done_group(runs, n) for n in (name, ref)]
   if not all(groups):
     return ""
   a, b = (float(np.mean([value(runs[n]) for n in g])) for g in groups)
@@ -145,7 +145,7 @@ def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
 
 def seed_lines(runs: dict[str, Any]) -> list[str]:
   """Each recipe of paper.SEED_GROUPS over its seeds (the groups whose runs are all done): the spread one run carries."""
-  groups = {k: g for k in paper.SEED_GROUPS if (g := _done_group(runs, k))}
+  groups = {k: g for k in paper.SEED_GROUPS if (g := done_group(runs, k))}
   if not groups:
     return []
   cols = {k: _seed_columns(runs, g) for k, g in groups.items()}
@@ -158,19 +158,19 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
   for key, group in groups.items():
     lines += [f"| `{n}` | " + " | ".join(fmt(v[i], d) for v, d in zip(cols[key].values(), digits)) + " |"
               for i, n in enumerate(group)]
-    lines.append(f"| `{key}` {_seed_list(group)}: mean (sd) | " + " | ".join(
+    lines.append(f"| `{key}` {seed_list(group)}: mean (sd) | " + " | ".join(
         f"{fmt(float(np.mean(v)), d)} ({fmt(float(np.std(v, ddof=1)), 3)})" for v, d in zip(cols[key].values(), digits))
         + " |")
   ref = "ncnn_conf_l1_masked"
   for key, group in groups.items():
     auroc, ause = cols[key]["AUROC c0"], cols[key]["AUSE (pNCNN)"]
-    text = (f"\n`{key}`, {_seed_list(group)}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
+    text = (f"\n`{key}`, {seed_list(group)}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
             f"({sum(a < 0.5 for a in auroc)} of {len(auroc)} below 0.5, i.e. with a c0 that trusts the disturbed points more "
             "than the clean ones); "
             f"AUSE spans {min(ause):.3f}-{max(ause):.3f}")
     if key != ref and ref in groups:
       r = cols[ref]["AUSE (pNCNN)"]
-      text += f" against {min(r):.3f}-{max(r):.3f} for `{ref}` ({_seed_list(groups[ref])})"
+      text += f" against {min(r):.3f}-{max(r):.3f} for `{ref}` ({seed_list(groups[ref])})"
     elif key != ref and ref in runs:
       text += f" against {runs[ref]['uncertainty']['ause_pncnn']:.3f} for `{ref}` (one run, seed 0)"
     lines.append(text + ".")
@@ -272,9 +272,9 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
       if t.gap_cause and k in mae and gap > 0:
         lines.append(f"- **(d) and {t.gap_cause}.** `{k}` (mean MAE {mae[k]:.0f} mm) removes "
                      f"{100 * (mae['pncnn_masked'] - mae[k]) / gap:.0f} % of the MAE gap between `pncnn_masked` "
-                     f"({mae['pncnn_masked']:.0f} mm, {_seed_list(groups['pncnn_masked'])}) and "
+                     f"({mae['pncnn_masked']:.0f} mm, {seed_list(groups['pncnn_masked'])}) and "
                      f"`ncnn_conf_l1_masked` ({mae['ncnn_conf_l1_masked']:.0f} mm, "
-                     f"{_seed_list(groups['ncnn_conf_l1_masked'])}).")
+                     f"{seed_list(groups['ncnn_conf_l1_masked'])}).")
   return lines
 
 

@@ -402,3 +402,22 @@ def test_why_section_explains_the_official_ncnn_conf_without_pncnn():
   assert "0.915 on clean and 0.953 on disturbed points (AUROC 0.38, 0.29 within depth deciles)." in text
   assert "pncnn" not in text
   assert report._why({"ncnn": runs["ncnn"]}).startswith("Needs the")
+
+
+def test_discussion_follows_the_numbers_it_quotes():
+  """The discussion's (b) and (c) paragraphs say 'better'/'worse' and 'less'/'no less' as their numbers read, and
+  give the seed range only when every seed of the recipe is there."""
+  from pncnn_jax import report  # pylint: disable=g-import-not-at-top
+  def run(ause, auroc, bins):
+    return {"uncertainty": {"ause_pncnn": ause}, "metrics": {"mae": 1.0, "rmse": 1.0},
+            "c0": {"auroc": auroc, "auroc_depth_bins": bins, "c0_mean_clean": 0.9, "c0_mean_disturbed": 0.95}}
+  runs = {"pncnn_masked": run(0.08, 0.91, 0.86), "ncnn_conf_l1_masked": run(0.51, 0.90, 0.84),
+          "ncnn_conf_l1": run(0.33, 0.38, 0.29)}
+  text = "\n".join(report._discussion(runs))
+  assert "AUSE 0.510 (worse than 0.330 for the official `ncnn_conf_l1`)" in text
+  assert "separates the disturbed points no less sharply than NCNN-Conf's" in text and "ranges from" not in text
+  runs["ncnn_conf_l1_masked"] = run(0.2, 0.92, 0.87)
+  runs |= {f"pncnn_masked_seed{k}": run(0.1, a, 0.7) for k, a in ((1, 0.18), (2, 0.5), (3, 0.6))}
+  text = "\n".join(report._discussion(runs))
+  assert "AUSE 0.200 (better than 0.330" in text and "separates the disturbed points less sharply" in text
+  assert "over seeds 0-3 its AUROC ranges from 0.18 to 0.91" in text
