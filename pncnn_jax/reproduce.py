@@ -25,9 +25,8 @@ reached), loadable by name (`--checkpoint synthetic:<name>`).
 
 `--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
 processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
-Where the OS allows it (Linux), each process is pinned to its own 1/N of the cores: on 2 CPU cores two runs pinned
-to one core each train 17 % more steps in total than one run on both (1.64 + 1.64 against 2.82 steps/s, NCNN-Conf-L1
-at the long scale), because one small-crop step does not keep two cores busy.
+Even on 2 CPU cores `--jobs 2` trains more steps per second in total than one run at a time: a small-crop step
+does not keep both cores busy (docs/BENCHMARKS.md, bench/bench_jobs.py).
 Every finished run also keeps its final weights as `<workdir>/runs/<name>/final_weights.{npz,json}` and the
 devices it trained on in `device.json`: a run folder without its `checkpoints/` (a few MB) is enough to evaluate,
 report and ship it on another machine, e.g. train on a GPU, evaluate on a CPU.
@@ -41,7 +40,6 @@ import json
 import os
 import pathlib
 import platform
-import queue
 import subprocess
 import sys
 import time
@@ -73,51 +71,19 @@ def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int
     paper.write_final_weights(workdir, run, scale)
 
 
-PIN_CORES = "PNCNN_JAX_PIN_CORES"  # set by `--jobs` for its child processes: the cores each one may use, "0,1"
-
-
-def core_slices(jobs: int) -> list[list[int]] | None:
-  """The cores each of `jobs` processes is pinned to: disjoint contiguous slices, as equal as can be, of the cores
-  this process may use; None where the OS cannot pin (not Linux) or there are fewer cores than jobs."""
-  if not hasattr(os, "sched_getaffinity"):
-    return None
-  cores = sorted(os.sched_getaffinity(0))
-  if len(cores) < jobs:
-    return None
-  return [cores[i * len(cores) // jobs:(i + 1) * len(cores) // jobs] for i in range(jobs)]
-
-
-def _pin_from_environment() -> None:
-  """Pins this process to the cores its parent gave it (PIN_CORES), before JAX starts its CPU thread pool."""
-  value = os.environ.get(PIN_CORES, "")
-  if value and hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, [int(c) for c in value.split(",")])
-
-
 def _train_in_processes(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int) -> None:
-  """Each run in its own `--stage train --only NAME` process, `jobs` at a time, each pinned to its own slice of the
-  cores (`core_slices`) where the OS allows; output in <run>/train.log."""
+  """Each run in its own `--stage train --only NAME` process, `jobs` at a time; output in <run>/train.log."""
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / jobs:.3f}")  # GPU memory per process
   env.setdefault("JAX_COMPILATION_CACHE_DIR", str(workdir / "jax_cache"))  # runs of one variant share programs
-  slots: queue.Queue[list[int] | None] = queue.Queue()
-  for cores in core_slices(jobs) or [None] * jobs:
-    slots.put(cores)
 
   def one(run: Run) -> int:
     rundir = paper.run_dir(workdir, run)
     rundir.mkdir(parents=True, exist_ok=True)
-    cores = slots.get()
-    pinned = "" if cores is None else f", cores {','.join(map(str, cores))}"
-    print(f"[{run.name}] training in its own process{pinned}, log {rundir / 'train.log'}", flush=True)
-    child = env if cores is None else dict(env, **{PIN_CORES: ",".join(map(str, cores))})
-    try:
-      with open(rundir / "train.log", "a") as log:
-        rc = subprocess.call([sys.executable, "-m", "pncnn_jax.reproduce", "--workdir", str(workdir), "--scale",
-                              scale, "--stage", "train", "--only", run.name], stdout=log, stderr=subprocess.STDOUT,
-                             env=child)
-    finally:
-      slots.put(cores)
+    print(f"[{run.name}] training in its own process, log {rundir / 'train.log'}", flush=True)
+    with open(rundir / "train.log", "a") as log:
+      rc = subprocess.call([sys.executable, "-m", "pncnn_jax.reproduce", "--workdir", str(workdir), "--scale", scale,
+                            "--stage", "train", "--only", run.name], stdout=log, stderr=subprocess.STDOUT, env=env)
     print(f"[{run.name}] " + ("finished" if rc == 0 else f"failed (exit {rc}); see {rundir / 'train.log'}"),
           flush=True)
     return rc
@@ -156,10 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--results", default="", help="the report to write (and its .json); default docs/RESULTS.md "
                       "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md)")
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
-  parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process "
-                      "(pinned to its own 1/N of the cores on Linux)")
+  parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
   args = parser.parse_args(argv)
-  _pin_from_environment()
   workdir = pathlib.Path(os.path.abspath(args.workdir))
   if not args.results:
     args.results = "docs/RESULTS.md" if args.scale == "cpu" else f"docs/RESULTS_{args.scale.upper()}.md"

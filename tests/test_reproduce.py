@@ -109,39 +109,17 @@ def test_unknown_run_name_is_a_one_line_error(capsys):
   assert "unknown run(s) ['pncnn_typo']" in capsys.readouterr().err
 
 
-def test_jobs_get_disjoint_core_slices(monkeypatch):
-  """`--jobs N` pins its N processes to disjoint, contiguous, near-equal slices that cover the allowed cores."""
-  monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6}, raising=False)
-  assert reproduce.core_slices(3) == [[0, 1], [2, 3], [4, 5, 6]]
-  assert reproduce.core_slices(7) == [[c] for c in range(7)]
-  assert reproduce.core_slices(8) is None  # fewer cores than processes: not pinned
-  monkeypatch.delattr(reproduce.os, "sched_getaffinity")
-  assert reproduce.core_slices(2) is None  # an OS without affinity (macOS)
-
-
-def test_a_child_pins_itself_to_the_cores_it_is_given(monkeypatch):
-  calls = []
-  monkeypatch.setattr(reproduce.os, "sched_setaffinity", lambda pid, cores: calls.append((pid, cores)), raising=False)
-  monkeypatch.delenv(reproduce.PIN_CORES, raising=False)
-  reproduce._pin_from_environment()
-  assert not calls  # not a child of --jobs: left alone
-  monkeypatch.setenv(reproduce.PIN_CORES, "2,3")
-  reproduce._pin_from_environment()
-  assert calls == [(0, [2, 3])]
-
-
 @pytest.mark.slow
 def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys):
   wd, results_md, ship = tmp_path / "wd", tmp_path / "docs" / "RESULTS.md", tmp_path / "ship" / "synthetic"
   args = ["--workdir", str(wd), "--scale", "smoke", "--only", "ncnn,ncnn_conf_l1_masked", "--results",
           str(results_md)]
-  assert reproduce.main(args + ["--stage", "train", "--jobs", "2"]) == 0  # each run in its own (pinned) process
+  assert reproduce.main(args + ["--stage", "train", "--jobs", "2"]) == 0  # each run in its own process
   out = capsys.readouterr().out
   for name in ("ncnn", "ncnn_conf_l1_masked"):
     assert paper.finished(wd, paper.RUNS_BY_NAME[name], "smoke")
-    assert (wd / "runs" / name / "train.log").exists()
-    pinned = ", cores " if reproduce.core_slices(2) else ", log "  # which core is not fixed: threads race for them
-    assert f"[{name}] training in its own process{pinned}" in out
+    assert f"[{name}] training in its own process, log {wd / 'runs' / name / 'train.log'}" in out
+    assert f"[{name}] finished" in out and (wd / "runs" / name / "train.log").stat().st_size > 0
   ckpt_mtime = max(p.stat().st_mtime for p in (wd / "runs" / "ncnn" / "checkpoints").rglob("*"))
   assert reproduce.main(args + ["--ship", str(ship)]) == 0  # training is skipped: both runs are finished
   assert max(p.stat().st_mtime for p in (wd / "runs" / "ncnn" / "checkpoints").rglob("*")) == ckpt_mtime
