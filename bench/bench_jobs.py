@@ -12,7 +12,7 @@ Setting C: as B, unpinned (each worker's thread pool spans all cores), which is 
 sum of the workers' steps/s.
 Run it on a quiet machine: other jobs take cores from either setting.
 
-Writes the section between `<!-- jobs:begin -->` and `<!-- jobs:end -->` of the output file, and prints it.
+Writes the `jobs` section of the output file (bench_forward.write_section), and prints it.
 """
 
 from __future__ import annotations
@@ -23,13 +23,11 @@ import json
 import os
 import pathlib
 import platform
-import re
 import subprocess
 import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-BEGIN, END = "<!-- jobs:begin -->", "<!-- jobs:end -->"
 PIN = "BENCH_JOBS_CORES"  # the cores a worker pins itself to, "0,1"
 
 
@@ -93,7 +91,7 @@ def main() -> None:
   parser.add_argument("--output", default="", help="a markdown file whose jobs section is replaced")
   parser.add_argument("--runs", default="ncnn_conf_l1,pncnn_masked", help="comma-separated pncnn_jax.paper run names")
   parser.add_argument("--steps", type=int, default=120, help="timed steps per worker")
-  parser.add_argument("--jobs", type=int, default=2, help="workers in setting B")
+  parser.add_argument("--jobs", type=int, default=2, help="workers at once in settings B and C")
   parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.worker:
@@ -118,8 +116,9 @@ def main() -> None:
     rows.append(f"| `{run}` | {one['steps_per_sec']:.2f} | {cells[0]} | {cells[1]} |")
     print(rows[-1], flush=True)
   section = "\n".join([
-      BEGIN, "## Several runs at once on CPU: `reproduce --jobs` (bench/bench_jobs.py)", "",
-      f"Run {start:%Y-%m-%d %H:%M} ({(datetime.datetime.now() - start).seconds // 60} min) on {platform.machine()} `{platform.platform()}`, "
+      "## Several runs at once on CPU: `reproduce --jobs` (bench/bench_jobs.py)", "",
+      f"Run {start:%Y-%m-%d %H:%M} ({(datetime.datetime.now() - start).seconds // 60} min) on "
+      f"{platform.machine()} `{platform.platform()}`, "
       f"{os.cpu_count()} CPU cores; python {platform.python_version()}, jax {jax.__version__}. Load average at start "
       f"{load:.1f}. Long-scale recipe (batch 4, 64x320 crops), {args.steps} timed steps per worker on one rendered "
       "batch. A: one run on all cores. B: "
@@ -128,16 +127,11 @@ def main() -> None:
       "| run | A: steps/s | B (pinned): steps/s per run = total (against A) | C (unpinned): the same |",
       "|---|---|---|---|", *rows, "",
       "C / A is what `reproduce --jobs N` gains in training steps per second over training the runs one after "
-      "another; B / A is what pinning each run to its own cores would give instead.", END])
+      "another; B / A is what pinning each run to its own cores would give instead."])
   print(section)
   if args.output:
-    path = pathlib.Path(args.output)
-    text = path.read_text()
-    if BEGIN in text:
-      text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
-    else:
-      text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
+    import bench_forward  # pylint: disable=g-import-not-at-top  (this script's folder is on sys.path)
+    bench_forward.write_section(pathlib.Path(args.output), "jobs", section)
 
 
 if __name__ == "__main__":
