@@ -27,6 +27,9 @@ reached), loadable by name (`--checkpoint synthetic:<name>`).
 processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
 Even on 2 CPU cores `--jobs 2` trains more steps per second in total than one run at a time: a small-crop step
 does not keep both cores busy (docs/BENCHMARKS.md, bench/bench_jobs.py).
+`--carry docs/RESULTS_<SCALE>.json` lets a sitting on a machine without the earlier workdir add to the earlier
+sittings' results instead of replacing them: runs not finished in this workdir keep their rows from that file,
+and the page names the commit and date each carried row was evaluated at.
 Every finished run also keeps its final weights as `<workdir>/runs/<name>/final_weights.{npz,json}` and the
 devices it trained on in `device.json`: a run folder without its `checkpoints/` (a few MB) is enough to evaluate,
 report and ship it on another machine, e.g. train on a GPU, evaluate on a CPU.
@@ -123,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md)")
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
   parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
+  parser.add_argument("--carry", default="", help="an earlier sitting's results JSON (e.g. docs/RESULTS_LONG.json): "
+                      "the runs not finished in this workdir keep their rows from it, each marked with the commit "
+                      "and date it was evaluated at (for a machine that no longer has the earlier workdir)")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
   if not args.results:
@@ -134,10 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
       raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
     if args.jobs < 1:
       raise ValueError(f"--jobs={args.jobs}: must be at least 1")
+    carry = results.read_carry(pathlib.Path(args.carry), args.scale) if args.carry else None  # before any training
     if args.stage in ("all", "train"):
       train_runs(workdir, args.scale, runs, args.jobs)
     if args.stage in ("all", "evaluate", "report"):
-      summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
+      summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report", carry=carry)
       report.write(summary, pathlib.Path(args.results), workdir)
       print(f"wrote {args.results} and {pathlib.Path(args.results).with_suffix('.json')}", flush=True)
       if args.ship:

@@ -14,6 +14,10 @@ Per run it measures:
                c0 that merely grows with depth would look "reversed" overall), the mean c0 on disturbed and on
                clean points, and log10(c0) histograms of both
   convergence  the validation RMSE curve from metrics.jsonl (see `convergence`)
+
+A sitting whose machine no longer has the workdir of the earlier ones can pass their results JSON
+(`read_carry`, `reproduce --carry`): the runs not finished in this workdir keep the rows measured then, each marked
+with the commit and date of the sitting that evaluated it.
 """
 
 from __future__ import annotations
@@ -239,9 +243,56 @@ def _last_checkpoint_time(workdir: pathlib.Path, run: paper.Run) -> float:
   return npz.stat().st_mtime if npz.exists() else 0.0
 
 
-def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> dict[str, Any]:
+def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
+  """An earlier sitting's results JSON (what `report.write` wrote, e.g. docs/RESULTS_LONG.json), checked to hold
+  runs of `scale` trained with today's recipe of that scale."""
+  try:
+    prior = json.loads(path.read_text())
+  except FileNotFoundError:
+    raise FileNotFoundError(f"--carry={path}: no such file") from None
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f"--carry={path}: not a results JSON ({e})") from None
+  if not isinstance(prior, dict) or not isinstance(prior.get("runs"), dict) or "scale" not in prior:
+    raise ValueError(f"--carry={path}: not a results JSON of pncnn_jax.reproduce (no 'scale' and 'runs')")
+  if prior["scale"] != scale:
+    raise ValueError(f"--carry={path}: its runs are of the {prior['scale']!r} scale, not {scale!r}")
+  recipe = json.loads(json.dumps(paper.SCALES[scale]))  # tuples as the JSON holds them
+  if prior.get("recipe") != recipe:
+    raise ValueError(f"--carry={path}: its runs were trained with another {scale!r} recipe ({prior.get('recipe')}) "
+                     f"than today's ({recipe})")
+  return prior
+
+
+def _carry(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, Any],
+           workdir: pathlib.Path, scale: str) -> dict[str, Any] | None:
+  """Adds to `evals` the runs of `prior` that this workdir has not finished, each with `carried_from`; returns the
+  fusion table, `prior`'s when none of the ensemble's runs was finished here."""
+  source = {"commit": prior.get("commit"), "date": prior.get("date")}
+  names = [n for n in prior["runs"] if n in paper.RUNS_BY_NAME and n not in evals]
+  if "ncnn_oracle_c0" not in evals and ("ncnn" in names or "carried_from" in evals.get("ncnn", {})):
+    names.append("ncnn_oracle_c0")  # the oracle is NCNN's: carried with it, never beside this workdir's NCNN
+  for name in names:
+    e = prior["runs"].get(name)
+    if e is None:
+      continue
+    if e.get("eval_version") != EVAL_VERSION:
+      print(f"[{name}] not carried from the earlier results: evaluated by version {e.get('eval_version')}, "
+            f"today's is {EVAL_VERSION}", flush=True)
+      continue
+    evals[name] = {**e, "carried_from": e.get("carried_from") or source}
+  if "ncnn" not in evals:
+    evals.pop("ncnn_oracle_c0", None)
+  if fusion is None and prior.get("fusion") and (prior["fusion"].get("eval_version") == EVAL_VERSION) and not any(
+      paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
+    fusion = {**prior["fusion"], "carried_from": prior["fusion"].get("carried_from") or source}
+  return fusion
+
+
+def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True,
+                 carry: dict[str, Any] | None = None) -> dict[str, Any]:
   """Evaluates every finished run of paper.RUNS and the ensemble when its four runs are finished (each result
-  cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results.
+  cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results. `carry`
+  (`read_carry`) adds the earlier results of the runs not finished here.
 
   Returns the summary that `pncnn_jax.report.write` turns into docs/RESULTS.md.
   """
@@ -270,6 +321,11 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
     newest = max(_last_checkpoint_time(workdir, paper.RUNS_BY_NAME[n]) for n in paper.ENSEMBLE)
     if evaluate or path.exists():
       fusion = _cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
+  if carry is not None:
+    fusion = _carry(evals, fusion, carry, workdir, scale)
+    order = [r.name for r in runs] + ["ncnn_oracle_c0"]
+    evals = {n: evals[n] for n in order if n in evals}
+    missing = [r.name for r in runs if r.name not in evals]
   summary = {"scale": scale, "recipe": paper.SCALES[scale], "runs": evals, "fusion": fusion,
              "scenes": f"{paper.SCALES[scale]['test_scenes']} held-out test scenes",
              "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),

@@ -142,9 +142,73 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys):
   again = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
   for k in ("mae", "rmse", "ause_pncnn", "auroc_disturbed"):
     assert again[k] == pytest.approx(manifest["check"][k], rel=1e-5), k
+  # --carry: a run finished in this workdir keeps its own row; an earlier sitting's row fills a run not trained here.
+  prior = {**summary, "runs": {"ncnn": {**summary["runs"]["ncnn"], "metrics": {"mae": -1.0}},
+                               "pncnn": {**summary["runs"]["ncnn_conf_l1_masked"], "step": 99}},
+           "commit": "feedfacecafe", "date": "2026-01-02"}
+  both = results.evaluate_all(wd, "smoke", evaluate=False, carry=prior)
+  assert both["runs"]["ncnn"] == summary["runs"]["ncnn"] and "carried_from" not in both["runs"]["ncnn"]
+  assert both["runs"]["ncnn_oracle_c0"] == summary["runs"]["ncnn_oracle_c0"]  # this workdir's NCNN, its oracle
+  assert both["runs"]["pncnn"]["step"] == 99 and both["runs"]["pncnn"]["carried_from"] == {
+      "commit": "feedfacecafe", "date": "2026-01-02"}
+  assert "pncnn" not in both["not_finished"] and "pncnn_masked" in both["not_finished"]
   # --ship with --only ships only the selected runs, though others are finished too.
   results.ship_weights(wd, "smoke", summary, tmp_path / "only", [paper.RUNS_BY_NAME["ncnn"]])
   assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["ncnn.json", "ncnn.npz"]
+
+
+def _carry_file(tmp_path, **changes):
+  """An earlier sitting's results JSON at the smoke scale, with three real rows of docs/RESULTS_LONG.json."""
+  from conftest import REPO
+  long = json.loads((REPO / "docs" / "RESULTS_LONG.json").read_text())
+  runs = {n: long["runs"][n] for n in ("ncnn", "ncnn_conf_l1", "ncnn_oracle_c0", "pncnn_masked")}
+  runs["pncnn_masked"] = {**runs["pncnn_masked"], "eval_version": 1}  # measured differently: not carried
+  prior = {"scale": "smoke", "recipe": paper.SCALES["smoke"], "runs": runs, "fusion": None, "commit": "0123456789ab",
+           "date": "2026-11-20", **changes}
+  path = tmp_path / "prior.json"
+  path.write_text(json.dumps(prior))
+  return path
+
+
+def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
+  """`reproduce --carry`: a sitting without the earlier workdir adds to the earlier results instead of replacing
+  them; each carried row names the commit and date that measured it, also when carried again."""
+  from pncnn_jax import report, results
+  prior = results.read_carry(_carry_file(tmp_path), "smoke")
+  summary = results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False, carry=prior)  # nothing trained here
+  assert list(summary["runs"]) == ["ncnn", "ncnn_conf_l1", "ncnn_oracle_c0"]
+  assert "evaluated by version 1, today's is 2" in capsys.readouterr().out
+  assert "pncnn_masked" in summary["not_finished"] and "ncnn" not in summary["not_finished"]
+  for e in summary["runs"].values():
+    assert e["carried_from"] == {"commit": "0123456789ab", "date": "2026-11-20"}
+  page = tmp_path / "docs" / "RESULTS_SMOKE.md"
+  report.write(summary, page, tmp_path / "wd")
+  text = page.read_text()
+  assert "`python -m pncnn_jax.reproduce --scale smoke --carry docs/RESULTS_SMOKE.json`" in text
+  assert ("By the commit and date that evaluated them: commit 0123456789 (2026-11-20): `ncnn`, `ncnn_conf_l1`, "
+          "`ncnn_oracle_c0`.") in text
+  assert "| `ncnn_conf_l1` | 334,498 | 525.2 | 2553 |" in text
+  assert ("- (b) the learned c0 of `ncnn_conf_l1` singles out the disturbed points: **does not hold**. AUROC 0.377"
+          in text)  # the claims are judged on the carried rows too
+  again = results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False,
+                               carry=results.read_carry(page.with_suffix(".json"), "smoke"))
+  assert again["runs"]["ncnn"]["carried_from"]["commit"] == "0123456789ab"  # the sitting that measured it
+
+
+@pytest.mark.parametrize("changes,error", [
+    ({"scale": "long"}, "its runs are of the 'long' scale, not 'smoke'"),
+    ({"recipe": {**paper.SCALES["smoke"], "batch_size": 3}}, "trained with another 'smoke' recipe"),
+    ({"runs": None}, "not a results JSON of pncnn_jax.reproduce"),
+])
+def test_carry_of_another_recipe_is_a_one_line_error(tmp_path, capsys, changes, error):
+  path = _carry_file(tmp_path, **changes)
+  assert reproduce.main(["--workdir", str(tmp_path / "wd"), "--scale", "smoke", "--carry", str(path)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: --carry={path}: ") and error in err and "Traceback" not in err
+  assert not (tmp_path / "wd").exists()  # refused before anything was trained or written
+  missing = tmp_path / "nope.json"
+  assert reproduce.main(["--workdir", str(tmp_path / "wd"), "--scale", "smoke", "--carry", str(missing)]) == 2
+  assert f"--carry={missing}: no such file" in capsys.readouterr().err
 
 
 def test_results_page_carries_the_flow_claims_and_table(tmp_path):
