@@ -143,22 +143,30 @@ def flow_section(flow_json: pathlib.Path) -> list[str]:
 
 
 def carried_lines(summary: dict[str, Any]) -> list[str]:
-  """Which rows an earlier sitting measured (`reproduce --carry`), by the commit and date that evaluated them."""
-  by_source: dict[tuple[str, str], list[str]] = {}
+  """Which rows come from earlier sittings (`reproduce --carry`): evaluated here from shipped weights, or copied
+  as the sitting (commit, date) that measured them wrote them."""
   entries = [(f"`{n}`", e) for n, e in summary["runs"].items()]
   if summary.get("fusion"):
     entries.append(("the fusion table", summary["fusion"]))
+  by_source: dict[tuple[str, str], list[str]] = {}
   for label, e in entries:
     if "carried_from" in e:
       src = e["carried_from"]
-      by_source.setdefault((str(src.get("commit"))[:10], str(src.get("date"))), []).append(label)
-  if not by_source:
-    return []
-  parts = [f"commit {c} ({d}): {', '.join(names)}" for (c, d), names in sorted(by_source.items(), key=lambda x: x[0][1])]
-  return [f"**Carried over from earlier sittings.** These rows were measured by an earlier sitting whose workdir "
-          "this machine no longer has (`--carry`; same recipe, same evaluation); the rest were trained or evaluated "
-          f"here. By the commit and date that evaluated them: {'; '.join(parts)}. The qualitative panel shows only "
-          "runs evaluated here.", ""]
+      by_source.setdefault((str(src.get("date")), str(src.get("commit"))[:10]), []).append(label)
+  remeasured = [label for label, e in entries if "weights_from" in e]
+  lines = []
+  if remeasured:
+    lines += [f"**Trained in earlier sittings, evaluated here.** {', '.join(remeasured)}: this workdir does not hold "
+              "these runs; their shipped weights (`pncnn_jax/pretrained/synthetic/`, the very runs the earlier "
+              "page measured) were evaluated here, and their validation curves (the last column) come from the "
+              "earlier page (`--carry`).", ""]
+  if by_source:
+    parts = [f"commit {c} ({d}): {', '.join(names)}" for (d, c), names in sorted(by_source.items())]
+    lines += [f"**Carried over from earlier sittings.** These rows were measured by an earlier sitting whose workdir "
+              "this machine no longer has, and no shipped weights of the same runs exist (`--carry`; same recipe, "
+              f"same evaluation). By the commit and date that measured them: {'; '.join(parts)}. The qualitative "
+              "panel shows only runs evaluated here.", ""]
+  return lines
 
 
 def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:

@@ -28,8 +28,9 @@ processes share one compilation cache in <workdir>/jax_cache), and renders the s
 Even on 2 CPU cores `--jobs 2` trains more steps per second in total than one run at a time: a small-crop step
 does not keep both cores busy (docs/BENCHMARKS.md, bench/bench_jobs.py).
 `--carry docs/RESULTS_<SCALE>.json` lets a sitting on a machine without the earlier workdir add to the earlier
-sittings' results instead of replacing them: runs not finished in this workdir keep their rows from that file,
-and the page names the commit and date each carried row was evaluated at.
+sittings' results instead of replacing them: a run not finished in this workdir is evaluated from its shipped
+weights when they are the run that file measured, and otherwise keeps its row from the file, marked with the commit
+and date that measured it.
 Every finished run also keeps its final weights as `<workdir>/runs/<name>/final_weights.{npz,json}` and the
 devices it trained on in `device.json`: a run folder without its `checkpoints/` (a few MB) is enough to evaluate,
 report and ship it on another machine, e.g. train on a GPU, evaluate on a CPU.

@@ -16,8 +16,10 @@ Per run it measures:
   convergence  the validation RMSE curve from metrics.jsonl (see `convergence`)
 
 A sitting whose machine no longer has the workdir of the earlier ones can pass their results JSON
-(`read_carry`, `reproduce --carry`): the runs not finished in this workdir keep the rows measured then, each marked
-with the commit and date of the sitting that evaluated it.
+(`read_carry`, `reproduce --carry`) for the runs not finished in this workdir: those whose weights are shipped
+(pncnn_jax/pretrained/synthetic/, the very run the earlier row measured) are evaluated again here from them, their
+validation curves taken from the earlier results; the others keep the row measured then, marked with the commit
+and date of the sitting that evaluated it.
 """
 
 from __future__ import annotations
@@ -92,14 +94,15 @@ def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
           **({"auroc_disturbed": res.auroc_disturbed} if res.auroc_disturbed is not None else {})}
 
 
-def load_run(workdir: pathlib.Path, run: paper.Run, scale: str):
+def load_run(workdir: pathlib.Path, run: paper.Run, scale: str, files: tuple[pathlib.Path, pathlib.Path] | None = None):
   """(config, model, final variables, checkpoint metadata) of a finished run: from its checkpoints, or from its
-  final_weights files when the folder came without them (`paper.write_final_weights`)."""
+  final_weights files when the folder came without them (`paper.write_final_weights`), or from `files` (its
+  shipped weights, `shipped_files`)."""
   config = paper.run_config(run, scale)
-  if (paper.run_dir(workdir, run) / "checkpoints").is_dir():
+  if files is None and (paper.run_dir(workdir, run) / "checkpoints").is_dir():
     loaded = loader.load(paper.run_dir(workdir, run), step="latest", variant=run.variant)
     return config, config_lib.build_model(config), loaded.variables, loaded.meta
-  npz, js = paper.final_weights(workdir, run)
+  npz, js = files or paper.final_weights(workdir, run)
   if not npz.exists():
     raise FileNotFoundError(f"{paper.run_dir(workdir, run)}: neither checkpoints/ nor {npz.name}")
   variables, meta = pretrained.load_files(npz, js)
@@ -194,24 +197,59 @@ def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: s
   return out
 
 
+def shipped_files(name: str, scale: str, row: dict[str, Any],
+                  root: pathlib.Path | None = None) -> tuple[pathlib.Path, pathlib.Path] | None:
+  """The shipped weights (pncnn_jax/pretrained/synthetic/<name>.{npz,json}) of the very run that `row` (an earlier
+  sitting's evaluation) measured: same name, scale and step, and the manifest's test MAE and RMSE are the row's
+  (both were written from one evaluation). None when nothing is shipped under that name, or another training is."""
+  base = (root or pretrained.ROOT) / "synthetic"
+  npz, js = base / f"{name}.npz", base / f"{name}.json"
+  if not (npz.exists() and js.exists()):
+    return None
+  m = json.loads(js.read_text())
+  test = m.get("test") or {}
+  same = (m.get("name") == name and m.get("scale") == scale and m.get("step") == row.get("step")
+          and all(isinstance(test.get(k), (int, float)) and np.isclose(test[k], row["metrics"][k], rtol=1e-6, atol=0)
+                  for k in ("mae", "rmse")))
+  return (npz, js) if same else None
+
+
+def _remeasure(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str,
+               files: tuple[pathlib.Path, pathlib.Path], row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+  """evaluate_run for a run trained in an earlier sitting, from its shipped weights; its validation curve and
+  training time are the earlier sitting's (`curve_from`)."""
+  print(f"[{run.name}] evaluating its shipped weights {files[0].name} on {paper.SCALES[scale]['test_scenes']} test "
+        "scenes (trained in an earlier sitting)", flush=True)
+  config, _, variables, meta = load_run(workdir, run, scale, files)
+  out = evaluate_model(config, variables, lambda: heldout_batches(scale, cache_dir),
+                       panels_path=workdir / "eval" / f"{run.name}_panels.npz")
+  out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step"),
+              "convergence": row.get("convergence"), "train_wall_s": row.get("train_wall_s"),
+              "weights_from": f"pncnn_jax/pretrained/synthetic/{files[0].name}",
+              "curve_from": row.get("curve_from") or row.get("carried_from") or source})
+  return out
+
+
 def _without_disturbed(batches):
   for b in batches:
     yield {**b, "sparse": np.where(b["disturbed"], np.float32(0.0), b["sparse"])}
 
 
-def _oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str, Any]:
+def _oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
   """NCNN evaluated with its disturbed input points removed: a binary c0 that knew the labels."""
   run = paper.RUNS_BY_NAME["ncnn"]
-  config, _, variables, meta = load_run(workdir, run, scale)
+  config, _, variables, meta = load_run(workdir, run, scale, files)
   out = evaluate_model(config, variables, lambda: _without_disturbed(heldout_batches(scale, cache_dir)))
   out.update({"name": "ncnn_oracle_c0", "step": meta.get("step"), "group": "oracle"})
   return out
 
 
-def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str, Any]:
-  """Members and fusion rules of the 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the test scenes."""
+def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
+  """Members and fusion rules of the 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the test scenes; `files`:
+  {member: shipped files} for members trained in an earlier sitting."""
   from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
-  loaded = [load_run(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE]
+  files = files or {}
+  loaded = [load_run(workdir, paper.RUNS_BY_NAME[n], scale, files.get(n)) for n in paper.ENSEMBLE]
   config, model = loaded[0][0], loaded[0][1]
   stacked = ensemble.stack_trees([v for _, _, v, _ in loaded])
   rows = ensemble.evaluate_ensemble(model, stacked, heldout_batches(scale, cache_dir, 4),
@@ -263,28 +301,45 @@ def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
   return prior
 
 
-def _carry(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, Any],
-           workdir: pathlib.Path, scale: str) -> dict[str, Any] | None:
-  """Adds to `evals` the runs of `prior` that this workdir has not finished, each with `carried_from`; returns the
-  fusion table, `prior`'s when none of the ensemble's runs was finished here."""
+def _carry(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, Any], workdir: pathlib.Path,
+           scale: str, cache_dir: str, evaluate: bool) -> dict[str, Any] | None:
+  """Adds to `evals` the runs of `prior` that this workdir has not finished. A run whose shipped weights are the
+  ones `prior` measured (`shipped_files`) is evaluated again here from them (with evaluate=True; cached in
+  <workdir>/eval/ like the others), its row marked `weights_from`; any other is copied, marked `carried_from`
+  (the commit and date of the sitting that measured it). Returns the fusion table: measured here when its four
+  members are, else `prior`'s when none of them was trained here."""
   source = {"commit": prior.get("commit"), "date": prior.get("date")}
-  names = [n for n in prior["runs"] if n in paper.RUNS_BY_NAME and n not in evals]
-  if "ncnn_oracle_c0" not in evals and ("ncnn" in names or "carried_from" in evals.get("ncnn", {})):
-    names.append("ncnn_oracle_c0")  # the oracle is NCNN's: carried with it, never beside this workdir's NCNN
-  for name in names:
-    e = prior["runs"].get(name)
-    if e is None:
-      continue
+  shipped: dict[str, tuple[pathlib.Path, pathlib.Path]] = {}
+  for name in [n for n in prior["runs"] if n in paper.RUNS_BY_NAME and n not in evals]:
+    e = prior["runs"][name]
     if e.get("eval_version") != EVAL_VERSION:
       print(f"[{name}] not carried from the earlier results: evaluated by version {e.get('eval_version')}, "
             f"today's is {EVAL_VERSION}", flush=True)
       continue
-    evals[name] = {**e, "carried_from": e.get("carried_from") or source}
-  if "ncnn" not in evals:
-    evals.pop("ncnn_oracle_c0", None)
-  if fusion is None and prior.get("fusion") and (prior["fusion"].get("eval_version") == EVAL_VERSION) and not any(
-      paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
-    fusion = {**prior["fusion"], "carried_from": prior["fusion"].get("carried_from") or source}
+    files = shipped_files(name, scale, e)
+    path = workdir / "eval" / f"{name}.json"
+    if files is not None and (evaluate or path.exists()):
+      shipped[name] = files
+      run = paper.RUNS_BY_NAME[name]
+      evals[name] = _cached(path, files[0].stat().st_mtime,
+                            lambda run=run, files=files, e=e: _remeasure(workdir, run, scale, cache_dir, files, e, source))
+    else:
+      evals[name] = {**e, "carried_from": e.get("carried_from") or source}
+  oracle = prior["runs"].get("ncnn_oracle_c0")
+  path = workdir / "eval" / "ncnn_oracle_c0.json"
+  if "ncnn" in shipped and (evaluate or path.exists()):  # NCNN measured here from its shipped weights: the oracle too
+    evals["ncnn_oracle_c0"] = _cached(path, shipped["ncnn"][0].stat().st_mtime,
+                                      lambda: _oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]))
+  elif ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle and (
+      oracle.get("eval_version") == EVAL_VERSION):
+    evals["ncnn_oracle_c0"] = {**oracle, "carried_from": oracle.get("carried_from") or source}
+  if fusion is None and not any(paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
+    path = workdir / "eval" / "ensemble.json"
+    if all(n in shipped for n in paper.ENSEMBLE) and (evaluate or path.exists()):
+      fusion = _cached(path, max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
+                       lambda: evaluate_fusion(workdir, scale, cache_dir, shipped))
+    elif prior.get("fusion") and prior["fusion"].get("eval_version") == EVAL_VERSION:
+      fusion = {**prior["fusion"], "carried_from": prior["fusion"].get("carried_from") or source}
   return fusion
 
 
@@ -322,7 +377,7 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True,
     if evaluate or path.exists():
       fusion = _cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
   if carry is not None:
-    fusion = _carry(evals, fusion, carry, workdir, scale)
+    fusion = _carry(evals, fusion, carry, workdir, scale, cache_dir, evaluate)
     order = [r.name for r in runs] + ["ncnn_oracle_c0"]
     evals = {n: evals[n] for n in order if n in evals}
     missing = [r.name for r in runs if r.name not in evals]

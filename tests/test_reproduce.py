@@ -110,7 +110,7 @@ def test_unknown_run_name_is_a_one_line_error(capsys):
 
 
 @pytest.mark.slow
-def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys):
+def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   wd, results_md, ship = tmp_path / "wd", tmp_path / "docs" / "RESULTS.md", tmp_path / "ship" / "synthetic"
   args = ["--workdir", str(wd), "--scale", "smoke", "--only", "ncnn,ncnn_conf_l1_masked", "--results",
           str(results_md)]
@@ -152,6 +152,21 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys):
   assert both["runs"]["pncnn"]["step"] == 99 and both["runs"]["pncnn"]["carried_from"] == {
       "commit": "feedfacecafe", "date": "2026-01-02"}
   assert "pncnn" not in both["not_finished"] and "pncnn_masked" in both["not_finished"]
+  # --carry on a machine without this workdir: the shipped runs are evaluated again from their weights, with the
+  # earlier validation curves; the figures can show them.
+  monkeypatch.setattr(pretrained, "ROOT", ship.parent)
+  fresh = results.evaluate_all(tmp_path / "fresh", "smoke", carry=summary)
+  assert set(fresh["runs"]) == {"ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked"}
+  for name in ("ncnn", "ncnn_conf_l1_masked"):
+    row, old = fresh["runs"][name], summary["runs"][name]
+    assert row["weights_from"] == f"pncnn_jax/pretrained/synthetic/{name}.npz" and "carried_from" not in row
+    assert row["convergence"] == old["convergence"] and row["curve_from"]["commit"] == summary["commit"]
+    for k in ("mae", "rmse", "imae"):
+      assert row["metrics"][k] == pytest.approx(old["metrics"][k], rel=1e-5), (name, k)
+    assert (tmp_path / "fresh" / "eval" / f"{name}_panels.npz").exists()
+  assert fresh["runs"]["ncnn_oracle_c0"]["metrics"]["mae"] == pytest.approx(
+      summary["runs"]["ncnn_oracle_c0"]["metrics"]["mae"], rel=1e-5)
+  assert results.shipped_files("ncnn", "smoke", {**summary["runs"]["ncnn"], "step": 5}) is None  # another training
   # --ship with --only ships only the selected runs, though others are finished too.
   results.ship_weights(wd, "smoke", summary, tmp_path / "only", [paper.RUNS_BY_NAME["ncnn"]])
   assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["ncnn.json", "ncnn.npz"]
@@ -185,7 +200,7 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   report.write(summary, page, tmp_path / "wd")
   text = page.read_text()
   assert "`python -m pncnn_jax.reproduce --scale smoke --carry docs/RESULTS_SMOKE.json`" in text
-  assert ("By the commit and date that evaluated them: commit 0123456789 (2026-11-20): `ncnn`, `ncnn_conf_l1`, "
+  assert ("By the commit and date that measured them: commit 0123456789 (2026-11-20): `ncnn`, `ncnn_conf_l1`, "
           "`ncnn_oracle_c0`.") in text
   assert "| `ncnn_conf_l1` | 334,498 | 525.2 | 2553 |" in text
   assert ("- (b) the learned c0 of `ncnn_conf_l1` singles out the disturbed points: **does not hold**. AUROC 0.377"
