@@ -164,8 +164,8 @@ def carried_lines(summary: dict[str, Any]) -> list[str]:
     parts = [f"commit {c} ({d}): {', '.join(names)}" for (d, c), names in sorted(by_source.items())]
     lines += [f"**Carried over from earlier sittings.** These rows were measured by an earlier sitting whose workdir "
               "this machine no longer has, and no shipped weights of the same runs exist (`--carry`; same recipe, "
-              f"same evaluation). By the commit and date that measured them: {'; '.join(parts)}. The qualitative "
-              "panel shows only runs evaluated here.", ""]
+              f"same evaluation). By the page they were copied from (its commit and date): {'; '.join(parts)}. The "
+              "qualitative panel shows only runs evaluated here.", ""]
   return lines
 
 

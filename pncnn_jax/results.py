@@ -337,7 +337,8 @@ def _carry(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str
     path = workdir / "eval" / "ensemble.json"
     if all(n in shipped for n in paper.ENSEMBLE) and (evaluate or path.exists()):
       fusion = _cached(path, max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
-                       lambda: evaluate_fusion(workdir, scale, cache_dir, shipped))
+                       lambda: {**evaluate_fusion(workdir, scale, cache_dir, shipped),
+                                "weights_from": "pncnn_jax/pretrained/synthetic/"})
     elif prior.get("fusion") and prior["fusion"].get("eval_version") == EVAL_VERSION:
       fusion = {**prior["fusion"], "carried_from": prior["fusion"].get("carried_from") or source}
   return fusion
