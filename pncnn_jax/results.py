@@ -329,7 +329,8 @@ def _carry(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str
   path = workdir / "eval" / "ncnn_oracle_c0.json"
   if "ncnn" in shipped and (evaluate or path.exists()):  # NCNN measured here from its shipped weights: the oracle too
     evals["ncnn_oracle_c0"] = _cached(path, shipped["ncnn"][0].stat().st_mtime,
-                                      lambda: _oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]))
+                                      lambda: {**_oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]),
+                                               "weights_from": "pncnn_jax/pretrained/synthetic/ncnn.npz"})
   elif ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle and (
       oracle.get("eval_version") == EVAL_VERSION):
     evals["ncnn_oracle_c0"] = {**oracle, "carried_from": oracle.get("carried_from") or source}
