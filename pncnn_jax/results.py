@@ -94,7 +94,8 @@ def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
           **({"auroc_disturbed": res.auroc_disturbed} if res.auroc_disturbed is not None else {})}
 
 
-def load_run(workdir: pathlib.Path, run: paper.Run, scale: str, files: tuple[pathlib.Path, pathlib.Path] | None = None):
+def load_run(workdir: pathlib.Path, run: paper.Run, scale: str,
+             files: tuple[pathlib.Path, pathlib.Path] | None = None):
   """(config, model, final variables, checkpoint metadata) of a finished run: from its checkpoints, or from its
   final_weights files when the folder came without them (`paper.write_final_weights`), or from `files` (its
   shipped weights, `shipped_files`)."""
@@ -318,28 +319,35 @@ def _carry(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str
       continue
     files = shipped_files(name, scale, e)
     path = workdir / "eval" / f"{name}.json"
-    if files is not None and (evaluate or path.exists()):
+    if files is not None and evaluate:
       shipped[name] = files
-      run = paper.RUNS_BY_NAME[name]
-      evals[name] = _cached(path, files[0].stat().st_mtime,
-                            lambda run=run, files=files, e=e: _remeasure(workdir, run, scale, cache_dir, files, e, source))
+      compute = lambda run=paper.RUNS_BY_NAME[name], files=files, e=e: _remeasure(  # noqa: E731
+          workdir, run, scale, cache_dir, files, e, source)
+      evals[name] = _cached(path, files[0].stat().st_mtime, compute)
+    elif files is not None and path.exists():  # report only: what an earlier evaluate stage measured here
+      shipped[name] = files
+      evals[name] = json.loads(path.read_text())
     else:
       evals[name] = {**e, "carried_from": e.get("carried_from") or source}
   oracle = prior["runs"].get("ncnn_oracle_c0")
   path = workdir / "eval" / "ncnn_oracle_c0.json"
-  if "ncnn" in shipped and (evaluate or path.exists()):  # NCNN measured here from its shipped weights: the oracle too
+  if "ncnn" in shipped and evaluate:  # NCNN measured here from its shipped weights: the oracle too
     evals["ncnn_oracle_c0"] = _cached(path, shipped["ncnn"][0].stat().st_mtime,
                                       lambda: {**_oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]),
                                                "weights_from": "pncnn_jax/pretrained/synthetic/ncnn.npz"})
+  elif "ncnn" in shipped and path.exists():
+    evals["ncnn_oracle_c0"] = json.loads(path.read_text())
   elif ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle and (
       oracle.get("eval_version") == EVAL_VERSION):
     evals["ncnn_oracle_c0"] = {**oracle, "carried_from": oracle.get("carried_from") or source}
   if fusion is None and not any(paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
     path = workdir / "eval" / "ensemble.json"
-    if all(n in shipped for n in paper.ENSEMBLE) and (evaluate or path.exists()):
+    if all(n in shipped for n in paper.ENSEMBLE) and evaluate:
       fusion = _cached(path, max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
                        lambda: {**evaluate_fusion(workdir, scale, cache_dir, shipped),
                                 "weights_from": "pncnn_jax/pretrained/synthetic/"})
+    elif all(n in shipped for n in paper.ENSEMBLE) and path.exists():
+      fusion = json.loads(path.read_text())
     elif prior.get("fusion") and prior["fusion"].get("eval_version") == EVAL_VERSION:
       fusion = {**prior["fusion"], "carried_from": prior["fusion"].get("carried_from") or source}
   return fusion

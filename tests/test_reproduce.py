@@ -200,8 +200,8 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   report.write(summary, page, tmp_path / "wd")
   text = page.read_text()
   assert "`python -m pncnn_jax.reproduce --scale smoke --carry docs/RESULTS_SMOKE.json`" in text
-  assert ("By the page they were copied from (its commit and date): commit 0123456789 (2026-11-20): `ncnn`, `ncnn_conf_l1`, "
-          "`ncnn_oracle_c0`.") in text
+  assert ("By the page they were copied from (its commit and date): commit 0123456789 (2026-11-20): `ncnn`, "
+          "`ncnn_conf_l1`, `ncnn_oracle_c0`.") in text
   assert "| `ncnn_conf_l1` | 334,498 | 525.2 | 2553 |" in text
   assert ("- (b) the learned c0 of `ncnn_conf_l1` singles out the disturbed points: **does not hold**. AUROC 0.377"
           in text)  # the claims are judged on the carried rows too
