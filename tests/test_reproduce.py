@@ -461,6 +461,23 @@ def test_why_section_explains_the_official_ncnn_conf_without_pncnn():
   assert report._why({"ncnn": runs["ncnn"]}).startswith("Needs the")
 
 
+def test_why_section_says_when_the_leak_no_longer_explains_a_reversed_c0():
+  """The official pNCNN's reversed c0 is put down to the empty pixels' leak only while that leak is open."""
+  from pncnn_jax import report  # pylint: disable=g-import-not-at-top
+  def run(share, disturbed, step):
+    c0 = {"c0_mean_empty": 0.01, "empty_weight_share": share, "c0_mean_clean": 8.25, "c0_mean_disturbed": disturbed,
+          "auroc": 0.18, "auroc_depth_bins": 0.32, "empty_fraction": 0.92, "mean_depth_disturbed_m": 49.0,
+          "mean_depth_clean_m": 27.0, "c0_depth_rank_corr_clean": 0.75}
+    return {"step": step, "metrics": {"mae": 815.0, "rmse": 3141.0}, "c0": c0}
+  masked = run(0.0, 0.17, 5000) | {"c0": run(0.0, 0.17, 5000)["c0"] | {"c0_mean_clean": 1.1, "auroc": 0.91}}
+  closed = report._why_pncnn({"pncnn": run(0.0049, 12.6, 5000), "pncnn_masked": masked})
+  assert "The empty pixels hold 0.49 % of all the input confidence" in closed
+  assert "At 5000 steps the leak is nearly closed, yet c0 stays higher on the disturbed points, so" in closed
+  open_ = report._why_pncnn({"pncnn": run(0.22, 13.8, 1000), "pncnn_masked": masked})
+  assert "The empty pixels hold 22 % of all" in open_ and "leak is nearly closed" not in open_
+  assert "leak is nearly closed" not in report._why_pncnn({"pncnn": run(0.0049, 4.0, 5000), "pncnn_masked": masked})
+
+
 def test_discussion_follows_the_numbers_it_quotes():
   """The discussion's (b) and (c) paragraphs say 'better'/'worse' and 'less'/'no less' as their numbers read, and
   give the seed range only when every seed of the recipe is there."""
