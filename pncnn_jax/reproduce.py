@@ -49,6 +49,7 @@ import sys
 import time
 from typing import Sequence
 
+from pncnn_jax import carry as carry_lib
 from pncnn_jax import compile_cache, paper, report, results, train
 from pncnn_jax.paper import Run
 
@@ -141,11 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
       raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
     if args.jobs < 1:
       raise ValueError(f"--jobs={args.jobs}: must be at least 1")
-    carry = results.read_carry(pathlib.Path(args.carry), args.scale) if args.carry else None  # before any training
+    carry = carry_lib.read_carry(pathlib.Path(args.carry), args.scale) if args.carry else None  # before training
     if args.stage in ("all", "train"):
       train_runs(workdir, args.scale, runs, args.jobs)
     if args.stage in ("all", "evaluate", "report"):
-      summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report", carry=carry)
+      summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
+      if carry is not None:
+        summary = carry_lib.add(summary, carry, workdir, args.scale, evaluate=args.stage != "report")
       report.write(summary, pathlib.Path(args.results), workdir)
       print(f"wrote {args.results} and {pathlib.Path(args.results).with_suffix('.json')}", flush=True)
       if args.ship:

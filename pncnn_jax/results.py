@@ -14,12 +14,6 @@ Per run it measures:
                c0 that merely grows with depth would look "reversed" overall), the mean c0 on disturbed and on
                clean points, and log10(c0) histograms of both
   convergence  the validation RMSE curve from metrics.jsonl (see `convergence`)
-
-A sitting whose machine no longer has the workdir of the earlier ones can pass their results JSON
-(`read_carry`, `reproduce --carry`) for the runs not finished in this workdir: those whose weights are shipped
-(pncnn_jax/pretrained/synthetic/, the very run the earlier row measured) are evaluated again here from them, their
-validation curves taken from the earlier results; the others keep the row measured then, marked with the commit
-and date of the sitting that evaluated it.
 """
 
 from __future__ import annotations
@@ -198,39 +192,6 @@ def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: s
   return out
 
 
-def shipped_files(name: str, scale: str, row: dict[str, Any],
-                  root: pathlib.Path | None = None) -> tuple[pathlib.Path, pathlib.Path] | None:
-  """The shipped weights (pncnn_jax/pretrained/synthetic/<name>.{npz,json}) of the very run that `row` (an earlier
-  sitting's evaluation) measured: same name, scale and step, and the manifest's test MAE and RMSE are the row's
-  (both were written from one evaluation). None when nothing is shipped under that name, or another training is."""
-  base = (root or pretrained.ROOT) / "synthetic"
-  npz, js = base / f"{name}.npz", base / f"{name}.json"
-  if not (npz.exists() and js.exists()):
-    return None
-  m = json.loads(js.read_text())
-  test = m.get("test") or {}
-  same = (m.get("name") == name and m.get("scale") == scale and m.get("step") == row.get("step")
-          and all(isinstance(test.get(k), (int, float)) and np.isclose(test[k], row["metrics"][k], rtol=1e-6, atol=0)
-                  for k in ("mae", "rmse")))
-  return (npz, js) if same else None
-
-
-def _remeasure(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str,
-               files: tuple[pathlib.Path, pathlib.Path], row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
-  """evaluate_run for a run trained in an earlier sitting, from its shipped weights; its validation curve and
-  training time are the earlier sitting's (`curve_from`)."""
-  print(f"[{run.name}] evaluating its shipped weights {files[0].name} on {paper.SCALES[scale]['test_scenes']} test "
-        "scenes (trained in an earlier sitting)", flush=True)
-  config, _, variables, meta = load_run(workdir, run, scale, files)
-  out = evaluate_model(config, variables, lambda: heldout_batches(scale, cache_dir),
-                       panels_path=workdir / "eval" / f"{run.name}_panels.npz")
-  out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step"),
-              "convergence": row.get("convergence"), "train_wall_s": row.get("train_wall_s"),
-              "weights_from": f"pncnn_jax/pretrained/synthetic/{files[0].name}",
-              "curve_from": row.get("curve_from") or row.get("carried_from") or source})
-  return out
-
-
 def _without_disturbed(batches):
   for b in batches:
     yield {**b, "sparse": np.where(b["disturbed"], np.float32(0.0), b["sparse"])}
@@ -282,82 +243,10 @@ def _last_checkpoint_time(workdir: pathlib.Path, run: paper.Run) -> float:
   return npz.stat().st_mtime if npz.exists() else 0.0
 
 
-def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
-  """An earlier sitting's results JSON (what `report.write` wrote, e.g. docs/RESULTS_LONG.json), checked to hold
-  runs of `scale` trained with today's recipe of that scale."""
-  try:
-    prior = json.loads(path.read_text())
-  except FileNotFoundError:
-    raise FileNotFoundError(f"--carry={path}: no such file") from None
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f"--carry={path}: not a results JSON ({e})") from None
-  if not isinstance(prior, dict) or not isinstance(prior.get("runs"), dict) or "scale" not in prior:
-    raise ValueError(f"--carry={path}: not a results JSON of pncnn_jax.reproduce (no 'scale' and 'runs')")
-  if prior["scale"] != scale:
-    raise ValueError(f"--carry={path}: its runs are of the {prior['scale']!r} scale, not {scale!r}")
-  recipe = json.loads(json.dumps(paper.SCALES[scale]))  # tuples as the JSON holds them
-  if prior.get("recipe") != recipe:
-    raise ValueError(f"--carry={path}: its runs were trained with another {scale!r} recipe ({prior.get('recipe')}) "
-                     f"than today's ({recipe})")
-  return prior
-
-
-def _carry(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, Any], workdir: pathlib.Path,
-           scale: str, cache_dir: str, evaluate: bool) -> dict[str, Any] | None:
-  """Adds to `evals` the runs of `prior` that this workdir has not finished. A run whose shipped weights are the
-  ones `prior` measured (`shipped_files`) is evaluated again here from them (with evaluate=True; cached in
-  <workdir>/eval/ like the others), its row marked `weights_from`; any other is copied, marked `carried_from`
-  (the commit and date of the sitting that measured it). Returns the fusion table: measured here when its four
-  members are, else `prior`'s when none of them was trained here."""
-  source = {"commit": prior.get("commit"), "date": prior.get("date")}
-  shipped: dict[str, tuple[pathlib.Path, pathlib.Path]] = {}
-  for name in [n for n in prior["runs"] if n in paper.RUNS_BY_NAME and n not in evals]:
-    e = prior["runs"][name]
-    if e.get("eval_version") != EVAL_VERSION:
-      print(f"[{name}] not carried from the earlier results: evaluated by version {e.get('eval_version')}, "
-            f"today's is {EVAL_VERSION}", flush=True)
-      continue
-    files = shipped_files(name, scale, e)
-    path = workdir / "eval" / f"{name}.json"
-    if files is not None and evaluate:
-      shipped[name] = files
-      compute = lambda run=paper.RUNS_BY_NAME[name], files=files, e=e: _remeasure(  # noqa: E731
-          workdir, run, scale, cache_dir, files, e, source)
-      evals[name] = _cached(path, files[0].stat().st_mtime, compute)
-    elif files is not None and path.exists():  # report only: what an earlier evaluate stage measured here
-      shipped[name] = files
-      evals[name] = json.loads(path.read_text())
-    else:
-      evals[name] = {**e, "carried_from": e.get("carried_from") or source}
-  oracle = prior["runs"].get("ncnn_oracle_c0")
-  path = workdir / "eval" / "ncnn_oracle_c0.json"
-  if "ncnn" in shipped and evaluate:  # NCNN measured here from its shipped weights: the oracle too
-    evals["ncnn_oracle_c0"] = _cached(path, shipped["ncnn"][0].stat().st_mtime,
-                                      lambda: {**_oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]),
-                                               "weights_from": "pncnn_jax/pretrained/synthetic/ncnn.npz"})
-  elif "ncnn" in shipped and path.exists():
-    evals["ncnn_oracle_c0"] = json.loads(path.read_text())
-  elif ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle and (
-      oracle.get("eval_version") == EVAL_VERSION):
-    evals["ncnn_oracle_c0"] = {**oracle, "carried_from": oracle.get("carried_from") or source}
-  if fusion is None and not any(paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
-    path = workdir / "eval" / "ensemble.json"
-    if all(n in shipped for n in paper.ENSEMBLE) and evaluate:
-      fusion = _cached(path, max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
-                       lambda: {**evaluate_fusion(workdir, scale, cache_dir, shipped),
-                                "weights_from": "pncnn_jax/pretrained/synthetic/"})
-    elif all(n in shipped for n in paper.ENSEMBLE) and path.exists():
-      fusion = json.loads(path.read_text())
-    elif prior.get("fusion") and prior["fusion"].get("eval_version") == EVAL_VERSION:
-      fusion = {**prior["fusion"], "carried_from": prior["fusion"].get("carried_from") or source}
-  return fusion
-
-
-def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True,
-                 carry: dict[str, Any] | None = None) -> dict[str, Any]:
+def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> dict[str, Any]:
   """Evaluates every finished run of paper.RUNS and the ensemble when its four runs are finished (each result
-  cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results. `carry`
-  (`read_carry`) adds the earlier results of the runs not finished here.
+  cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results
+  (`pncnn_jax.carry` adds an earlier sitting's results of the runs not finished here).
 
   Returns the summary that `pncnn_jax.report.write` turns into docs/RESULTS.md.
   """
@@ -386,11 +275,6 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True,
     newest = max(_last_checkpoint_time(workdir, paper.RUNS_BY_NAME[n]) for n in paper.ENSEMBLE)
     if evaluate or path.exists():
       fusion = _cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
-  if carry is not None:
-    fusion = _carry(evals, fusion, carry, workdir, scale, cache_dir, evaluate)
-    order = [r.name for r in runs] + ["ncnn_oracle_c0"]
-    evals = {n: evals[n] for n in order if n in evals}
-    missing = [r.name for r in runs if r.name not in evals]
   summary = {"scale": scale, "recipe": paper.SCALES[scale], "runs": evals, "fusion": fusion,
              "scenes": f"{paper.SCALES[scale]['test_scenes']} held-out test scenes",
              "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pncnn_jax import models, paper, pretrained, reproduce
+from pncnn_jax import carry, models, paper, pretrained, reproduce
 from pncnn_jax.data import make_iterator, synthetic, synthetic_cache
 
 
@@ -146,7 +146,7 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   prior = {**summary, "runs": {"ncnn": {**summary["runs"]["ncnn"], "metrics": {"mae": -1.0}},
                                "pncnn": {**summary["runs"]["ncnn_conf_l1_masked"], "step": 99}},
            "commit": "feedfacecafe", "date": "2026-01-02"}
-  both = results.evaluate_all(wd, "smoke", evaluate=False, carry=prior)
+  both = carry.add(results.evaluate_all(wd, "smoke", evaluate=False), prior, wd, "smoke", evaluate=False)
   assert both["runs"]["ncnn"] == summary["runs"]["ncnn"] and "carried_from" not in both["runs"]["ncnn"]
   assert both["runs"]["ncnn_oracle_c0"] == summary["runs"]["ncnn_oracle_c0"]  # this workdir's NCNN, its oracle
   assert both["runs"]["pncnn"]["step"] == 99 and both["runs"]["pncnn"]["carried_from"] == {
@@ -155,7 +155,7 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   # --carry on a machine without this workdir: the shipped runs are evaluated again from their weights, with the
   # earlier validation curves; the figures can show them.
   monkeypatch.setattr(pretrained, "ROOT", ship.parent)
-  fresh = results.evaluate_all(tmp_path / "fresh", "smoke", carry=summary)
+  fresh = carry.add(results.evaluate_all(tmp_path / "fresh", "smoke"), summary, tmp_path / "fresh", "smoke")
   assert set(fresh["runs"]) == {"ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked"}
   for name in ("ncnn", "ncnn_conf_l1_masked"):
     row, old = fresh["runs"][name], summary["runs"][name]
@@ -166,7 +166,7 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "fresh" / "eval" / f"{name}_panels.npz").exists()
   assert fresh["runs"]["ncnn_oracle_c0"]["metrics"]["mae"] == pytest.approx(
       summary["runs"]["ncnn_oracle_c0"]["metrics"]["mae"], rel=1e-5)
-  assert results.shipped_files("ncnn", "smoke", {**summary["runs"]["ncnn"], "step": 5}) is None  # another training
+  assert carry.shipped_files("ncnn", "smoke", {**summary["runs"]["ncnn"], "step": 5}) is None  # another training
   # --ship with --only ships only the selected runs, though others are finished too.
   results.ship_weights(wd, "smoke", summary, tmp_path / "only", [paper.RUNS_BY_NAME["ncnn"]])
   assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["ncnn.json", "ncnn.npz"]
@@ -189,8 +189,9 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   """`reproduce --carry`: a sitting without the earlier workdir adds to the earlier results instead of replacing
   them; each carried row names the commit and date that measured it, also when carried again."""
   from pncnn_jax import report, results
-  prior = results.read_carry(_carry_file(tmp_path), "smoke")
-  summary = results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False, carry=prior)  # nothing trained here
+  prior = carry.read_carry(_carry_file(tmp_path), "smoke")
+  summary = carry.add(results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False), prior, tmp_path / "wd", "smoke",
+                      evaluate=False)  # nothing trained here
   assert list(summary["runs"]) == ["ncnn", "ncnn_conf_l1", "ncnn_oracle_c0"]
   assert "evaluated by version 1, today's is 2" in capsys.readouterr().out
   assert "pncnn_masked" in summary["not_finished"] and "ncnn" not in summary["not_finished"]
@@ -205,8 +206,8 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   assert "| `ncnn_conf_l1` | 334,498 | 525.2 | 2553 |" in text
   assert ("- (b) the learned c0 of `ncnn_conf_l1` singles out the disturbed points: **does not hold**. AUROC 0.377"
           in text)  # the claims are judged on the carried rows too
-  again = results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False,
-                               carry=results.read_carry(page.with_suffix(".json"), "smoke"))
+  again = carry.add(results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False),
+                    carry.read_carry(page.with_suffix(".json"), "smoke"), tmp_path / "wd", "smoke", evaluate=False)
   assert again["runs"]["ncnn"]["carried_from"]["commit"] == "0123456789ab"  # the sitting that measured it
 
 
