@@ -18,9 +18,6 @@ import numpy as np
 
 from pncnn_jax import paper, pretrained, results
 
-# pylint: disable=protected-access
-
-
 def shipped_files(name: str, scale: str, row: dict[str, Any],
                   root: pathlib.Path | None = None) -> tuple[pathlib.Path, pathlib.Path] | None:
   """The shipped weights (pncnn_jax/pretrained/synthetic/<name>.{npz,json}) of the very run that `row` (an earlier
@@ -38,20 +35,29 @@ def shipped_files(name: str, scale: str, row: dict[str, Any],
   return (npz, js) if same else None
 
 
+SHIPPED = "pncnn_jax/pretrained/synthetic"  # how a row names the shipped weights it was measured from
+
+
 def _remeasure(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str,
                files: tuple[pathlib.Path, pathlib.Path], row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
-  """evaluate_run for a run trained in an earlier sitting, from its shipped weights; its validation curve and
-  training time are the earlier sitting's (`curve_from`)."""
-  print(f"[{run.name}] evaluating its shipped weights {files[0].name} on {paper.SCALES[scale]['test_scenes']} test "
-        "scenes (trained in an earlier sitting)", flush=True)
-  config, _, variables, meta = results.load_run(workdir, run, scale, files)
-  out = results.evaluate_model(config, variables, lambda: results.heldout_batches(scale, cache_dir),
-                       panels_path=workdir / "eval" / f"{run.name}_panels.npz")
-  out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step"),
-              "convergence": row.get("convergence"), "train_wall_s": row.get("train_wall_s"),
-              "weights_from": f"pncnn_jax/pretrained/synthetic/{files[0].name}",
-              "curve_from": row.get("curve_from") or row.get("carried_from") or source})
-  return out
+  """results.evaluate_run from a run's shipped weights; its validation curve and training time are the earlier
+  sitting's (`curve_from`)."""
+  return {**results.evaluate_run(workdir, run, scale, cache_dir, files),
+          "convergence": row.get("convergence"), "train_wall_s": row.get("train_wall_s"),
+          "weights_from": f"{SHIPPED}/{files[0].name}",
+          "curve_from": row.get("curve_from") or row.get("carried_from") or source}
+
+
+def _copied(row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+  """An earlier row as it was, marked with the page that measured it (kept when copied again)."""
+  return {**row, "carried_from": row.get("carried_from") or source}
+
+
+def _here(path: pathlib.Path, fresh_after: float, compute, evaluate: bool) -> dict[str, Any] | None:
+  """What this workdir measures at `path` (evaluate) or measured there before (report only); None if neither."""
+  if evaluate:
+    return results.cached(path, fresh_after, compute)
+  return json.loads(path.read_text()) if path.exists() else None
 
 
 def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
@@ -75,7 +81,7 @@ def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
 
 
 def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, Any], workdir: pathlib.Path,
-           scale: str, cache_dir: str, evaluate: bool) -> dict[str, Any] | None:
+         scale: str, cache_dir: str, evaluate: bool) -> dict[str, Any] | None:
   """Adds to `evals` the runs of `prior` that this workdir has not finished. A run whose shipped weights are the
   ones `prior` measured (`shipped_files`) is evaluated again here from them (with evaluate=True; cached in
   <workdir>/eval/ like the others), its row marked `weights_from`; any other is copied, marked `carried_from`
@@ -90,38 +96,29 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
             f"today's is {results.EVAL_VERSION}", flush=True)
       continue
     files = shipped_files(name, scale, e)
-    path = workdir / "eval" / f"{name}.json"
-    if files is not None and evaluate:
+    compute = lambda run=paper.RUNS_BY_NAME[name], files=files, e=e: _remeasure(  # noqa: E731
+        workdir, run, scale, cache_dir, files, e, source)
+    row = _here(workdir / "eval" / f"{name}.json", files[0].stat().st_mtime, compute, evaluate) if files else None
+    if row is not None:
       shipped[name] = files
-      compute = lambda run=paper.RUNS_BY_NAME[name], files=files, e=e: _remeasure(  # noqa: E731
-          workdir, run, scale, cache_dir, files, e, source)
-      evals[name] = results._cached(path, files[0].stat().st_mtime, compute)
-    elif files is not None and path.exists():  # report only: what an earlier evaluate stage measured here
-      shipped[name] = files
-      evals[name] = json.loads(path.read_text())
-    else:
-      evals[name] = {**e, "carried_from": e.get("carried_from") or source}
+    evals[name] = row if row is not None else _copied(e, source)
   oracle = prior["runs"].get("ncnn_oracle_c0")
-  path = workdir / "eval" / "ncnn_oracle_c0.json"
-  if "ncnn" in shipped and evaluate:  # NCNN measured here from its shipped weights: the oracle too
-    evals["ncnn_oracle_c0"] = results._cached(path, shipped["ncnn"][0].stat().st_mtime,
-                                      lambda: {**results._oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]),
-                                               "weights_from": "pncnn_jax/pretrained/synthetic/ncnn.npz"})
-  elif "ncnn" in shipped and path.exists():
-    evals["ncnn_oracle_c0"] = json.loads(path.read_text())
-  elif ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle and (
-      oracle.get("eval_version") == results.EVAL_VERSION):
-    evals["ncnn_oracle_c0"] = {**oracle, "carried_from": oracle.get("carried_from") or source}
+  if "ncnn" in shipped:  # NCNN measured here from its shipped weights: the oracle too
+    row = _here(workdir / "eval" / "ncnn_oracle_c0.json", shipped["ncnn"][0].stat().st_mtime,
+                lambda: {**results.oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]),
+                         "weights_from": f"{SHIPPED}/ncnn.npz"}, evaluate)
+    if row is not None:
+      evals["ncnn_oracle_c0"] = row
+  if ("ncnn_oracle_c0" not in evals and ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle
+      and oracle.get("eval_version") == results.EVAL_VERSION):
+    evals["ncnn_oracle_c0"] = _copied(oracle, source)
   if fusion is None and not any(paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
-    path = workdir / "eval" / "ensemble.json"
-    if all(n in shipped for n in paper.ENSEMBLE) and evaluate:
-      fusion = results._cached(path, max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
-                       lambda: {**results.evaluate_fusion(workdir, scale, cache_dir, shipped),
-                                "weights_from": "pncnn_jax/pretrained/synthetic/"})
-    elif all(n in shipped for n in paper.ENSEMBLE) and path.exists():
-      fusion = json.loads(path.read_text())
-    elif prior.get("fusion") and prior["fusion"].get("eval_version") == results.EVAL_VERSION:
-      fusion = {**prior["fusion"], "carried_from": prior["fusion"].get("carried_from") or source}
+    if all(n in shipped for n in paper.ENSEMBLE):
+      fusion = _here(workdir / "eval" / "ensemble.json", max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
+                     lambda: {**results.evaluate_fusion(workdir, scale, cache_dir, shipped), "weights_from": SHIPPED},
+                     evaluate)
+    if fusion is None and prior.get("fusion") and prior["fusion"].get("eval_version") == results.EVAL_VERSION:
+      fusion = _copied(prior["fusion"], source)
   return fusion
 
 

@@ -129,12 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
   parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
   parser.add_argument("--carry", default="", help="an earlier sitting's results JSON (e.g. docs/RESULTS_LONG.json): "
-                      "the runs not finished in this workdir keep their rows from it, each marked with the commit "
-                      "and date it was evaluated at (for a machine that no longer has the earlier workdir)")
+                      "a run not finished in this workdir is evaluated from its shipped weights when they are the run "
+                      "that file measured, else keeps its row from it, marked with the page's commit and date (for a "
+                      "machine that no longer has the earlier workdir)")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
   if not args.results:
-    args.results = "docs/RESULTS.md" if args.scale == "cpu" else f"docs/RESULTS_{args.scale.upper()}.md"
+    args.results = f"docs/{report.page_name(args.scale)}"
   os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
   try:
     runs = paper.select(args.only)

@@ -180,15 +180,20 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
   return out
 
 
-def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str) -> dict[str, Any]:
-  print(f"[{run.name}] evaluating on {paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
-  config, _, variables, meta = load_run(workdir, run, scale)
+def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str,
+                 files: tuple[pathlib.Path, pathlib.Path] | None = None) -> dict[str, Any]:
+  """One finished run on the held-out test scenes (panels into <workdir>/eval/). With `files` (its shipped weights,
+  pncnn_jax.carry) the run folder is not read: the caller supplies the convergence and training time."""
+  print(f"[{run.name}] evaluating {'its shipped weights ' if files else ''}on "
+        f"{paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
+  config, _, variables, meta = load_run(workdir, run, scale, files)
   out = evaluate_model(config, variables, lambda: heldout_batches(scale, cache_dir),
                        panels_path=workdir / "eval" / f"{run.name}_panels.npz")
-  out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step"),
-              "convergence": convergence(paper.run_dir(workdir, run), scale)})
-  wall = paper.run_dir(workdir, run) / "wall_time.json"
-  out["train_wall_s"] = json.loads(wall.read_text())["seconds"] if wall.exists() else None
+  out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step")})
+  if files is None:
+    out["convergence"] = convergence(paper.run_dir(workdir, run), scale)
+    wall = paper.run_dir(workdir, run) / "wall_time.json"
+    out["train_wall_s"] = json.loads(wall.read_text())["seconds"] if wall.exists() else None
   return out
 
 
@@ -197,7 +202,7 @@ def _without_disturbed(batches):
     yield {**b, "sparse": np.where(b["disturbed"], np.float32(0.0), b["sparse"])}
 
 
-def _oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
+def oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
   """NCNN evaluated with its disturbed input points removed: a binary c0 that knew the labels."""
   run = paper.RUNS_BY_NAME["ncnn"]
   config, _, variables, meta = load_run(workdir, run, scale, files)
@@ -219,7 +224,8 @@ def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str, files=Non
   return {"members": list(paper.ENSEMBLE), "rows": rows}
 
 
-def _cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
+def cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
+  """The evaluation at `path` if written after `fresh_after` by this EVAL_VERSION, else compute() written there."""
   if path.exists() and path.stat().st_mtime >= fresh_after:
     value = json.loads(path.read_text())
     if value.get("eval_version") == EVAL_VERSION:
@@ -259,14 +265,14 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
   for run in done:
     path = workdir / "eval" / f"{run.name}.json"
     if evaluate:
-      evals[run.name] = _cached(path, _last_checkpoint_time(workdir, run),
+      evals[run.name] = cached(path, _last_checkpoint_time(workdir, run),
                                 lambda run=run: evaluate_run(workdir, run, scale, cache_dir))
     elif path.exists():
       evals[run.name] = json.loads(path.read_text())
   if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
     run = paper.RUNS_BY_NAME["ncnn"]
-    evals["ncnn_oracle_c0"] = _cached(workdir / "eval" / "ncnn_oracle_c0.json", _last_checkpoint_time(workdir, run),
-                                      lambda: _oracle_ncnn(workdir, scale, cache_dir))
+    evals["ncnn_oracle_c0"] = cached(workdir / "eval" / "ncnn_oracle_c0.json", _last_checkpoint_time(workdir, run),
+                                      lambda: oracle_ncnn(workdir, scale, cache_dir))
   elif (workdir / "eval" / "ncnn_oracle_c0.json").exists():
     evals["ncnn_oracle_c0"] = json.loads((workdir / "eval" / "ncnn_oracle_c0.json").read_text())
   fusion = None
@@ -274,7 +280,7 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
     path = workdir / "eval" / "ensemble.json"
     newest = max(_last_checkpoint_time(workdir, paper.RUNS_BY_NAME[n]) for n in paper.ENSEMBLE)
     if evaluate or path.exists():
-      fusion = _cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
+      fusion = cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
   summary = {"scale": scale, "recipe": paper.SCALES[scale], "runs": evals, "fusion": fusion,
              "scenes": f"{paper.SCALES[scale]['test_scenes']} held-out test scenes",
              "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),
