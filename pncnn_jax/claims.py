@@ -18,6 +18,10 @@ from pncnn_jax.run_files import format_value as fmt
 # shows a subset of the runs), never as "not measured yet".
 # The other options are compared in the objective table only (`data_term_lines`).
 OPTIONAL = ("pncnn_beta_masked", "laplace_masked", "sparse_var_beta_detach_masked")
+# Claim (d)'s pairs: (probabilistic model, the NCNN-Conf it must stay close to in accuracy).
+D_PAIRS = (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
+           ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
+           ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked"))
 
 
 def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
@@ -65,9 +69,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
                   + _lengths_note(runs, p, conf)))
     elif p not in OPTIONAL:
       out.append((title, None, ""))
-  for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
-                  ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
-                  ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked")):
+  for p, conf in D_PAIRS:
     title = f"(d) `{p}` within {100 * results.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
     if have(p, conf):
       rel = {k: m(p, k) / m(conf, k) - 1 for k in ("mae", "rmse")}

@@ -48,6 +48,8 @@ class EvalResult:
   metrics: split means of the per-image error metrics (KITTI mm / 1/km, or NYU m) and `num_images`.
   uncertainty: ause_pncnn, ause_gustafsson, auce and nll (None without a calibrated sigma), num_pixels.
   auroc_disturbed: AUROC of -c0 for the disturbed input points (synthetic data only, else None).
+  error_by_disturbed_distance: the pooled error binned by distance to the nearest disturbed input point
+    (`metrics.ErrorByDistance`; synthetic data only, else None).
   sparsification: the pNCNN-normalised curves (`metrics.Sparsification`) for the plot.
   panels: up to `num_panels` dicts of (H, W) arrays: sparse, input_confidence, depth, uncertainty, error, target.
   """
@@ -60,6 +62,8 @@ class EvalResult:
   panels: list[dict[str, np.ndarray]]
   uncertainty_kind: str
   panel_names: list[str] = dataclasses.field(default_factory=list)  # the batches' `name` of each panel, if any
+  # `metrics.ErrorByDistance.result()` against the disturbed input points (synthetic data only, else None)
+  error_by_disturbed_distance: dict[str, Any] | None = None
 
   def summary(self) -> dict[str, Any]:
     """A flat JSON-able dict of every scalar."""
@@ -125,6 +129,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   has_sigma = loss_name in losses.PROBABILISTIC_LOSSES
   dist_scores: list[np.ndarray] = []
   dist_labels: list[np.ndarray] = []
+  by_distance = M.ErrorByDistance()
   panels: list[dict[str, np.ndarray]] = []
   panel_names: list[str] = []
   num_images = 0
@@ -155,6 +160,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
       pts = sparse > 0
       dist_scores.append(-c0[pts].astype(np.float64))
       dist_labels.append(disturbed[0][pts])
+      by_distance.update(depth, target, disturbed[0])  # also where an input point was removed (the oracle)
     for j in range(depth.shape[0]):
       if len(panels) >= num_panels:
         break
@@ -187,7 +193,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
                     sparsification=ures["sparsification_pncnn"],
                     sparsification_gustafsson=ures["sparsification_gustafsson"], panels=panels,
                     uncertainty_kind="sigma [m]" if has_sigma else "confidence (uncalibrated)",
-                    panel_names=panel_names if len(panel_names) == len(panels) else [])
+                    panel_names=panel_names if len(panel_names) == len(panels) else [],
+                    error_by_disturbed_distance=by_distance.result() if dist_scores else None)
 
 
 # --------------------------------------------------------------------------------------------------------------

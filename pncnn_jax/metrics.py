@@ -20,6 +20,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import ndimage
 
 from pncnn_jax.uncertainty import (AUCE_ALPHAS, FRACTIONS_GUSTAFSSON, FRACTIONS_PNCNN, TIE_BREAKS,  # noqa: F401
                                    Calibration, Sparsification, UncertaintyAccumulator, auce, auroc,
@@ -153,6 +154,56 @@ class MeanAccumulator:
       raise ValueError("MeanAccumulator.result: no samples accumulated")
     return {k: s / self._counts[k] if self._counts[k] else float("nan")
             for k, s in self._sums.items()}
+
+
+DISTANCE_EDGES_PX = (0.0, 1.0, 3.0, 5.0, 10.0, 20.0)  # ErrorByDistance's bins: [0, 1), [1, 3), ..., [20, inf) pixels
+
+
+class ErrorByDistance:
+  """Where a model's error lies: the absolute depth error |mu - d|, pooled over the valid target pixels
+  (target > 0) of a split and binned by each pixel's Euclidean distance, in pixels, to the nearest flagged input
+  point (on the synthetic benchmark: the `disturbed` ones). Distance 0 is the flagged point itself; an image
+  without a flagged point puts all its pixels in the last bin.
+
+  With `share[k]` the fraction of valid pixels in bin k, the pooled MAE is sum_k share[k] * mae[k], so the
+  difference between two models' pooled MAEs splits exactly into the bins' `share[k] * (mae_a[k] - mae_b[k])`.
+  (The table metrics average per image first; the pooled MAE differs from that mean by the images' unequal
+  numbers of valid pixels.)
+
+  `update(pred, target, flagged)` takes (B, H, W, 1) arrays in metres (`flagged` boolean); `result()` gives
+  {'edges_px', 'share', 'mae_mm', 'rmse_mm', 'pooled_mae_mm', 'num_pixels'} (lists over the bins, NaN where a
+  bin is empty).
+  """
+
+  def __init__(self, edges_px: tuple[float, ...] = DISTANCE_EDGES_PX):
+    if list(edges_px) != sorted(edges_px) or edges_px[0] != 0:
+      raise ValueError(f"ErrorByDistance: edges_px must rise from 0, got {edges_px}")
+    self.edges = np.asarray(edges_px, np.float64)
+    self._n, self._abs, self._sq = (np.zeros(len(edges_px)) for _ in range(3))
+
+  def update(self, pred, target, flagged) -> None:
+    pred, target, flagged = (np.asarray(a) for a in (pred, target, flagged))
+    if not pred.shape == target.shape == flagged.shape or pred.ndim != 4 or pred.shape[-1] != 1:
+      raise ValueError(f"ErrorByDistance.update: expected pred, target, flagged of one (B, H, W, 1) shape, got "
+                       f"{pred.shape}, {target.shape}, {flagged.shape}")
+    for p, t, f in zip(pred[..., 0], target[..., 0], flagged[..., 0].astype(bool)):
+      dist = ndimage.distance_transform_edt(~f) if f.any() else np.full(f.shape, np.inf)
+      valid = t > 0
+      k = np.searchsorted(self.edges, dist[valid], side="right") - 1
+      err = np.abs(p[valid].astype(np.float64) - t[valid])
+      self._n += np.bincount(k, minlength=len(self.edges))
+      self._abs += np.bincount(k, err, minlength=len(self.edges))
+      self._sq += np.bincount(k, err ** 2, minlength=len(self.edges))
+
+  def result(self) -> dict[str, list[float] | float | int]:
+    total = self._n.sum()
+    if total == 0:
+      raise ValueError("ErrorByDistance.result: no valid pixels accumulated")
+    with np.errstate(invalid="ignore", divide="ignore"):
+      mae, rmse = 1000.0 * self._abs / self._n, 1000.0 * np.sqrt(self._sq / self._n)
+    return {"edges_px": self.edges.tolist(), "share": (self._n / total).tolist(), "mae_mm": mae.tolist(),
+            "rmse_mm": rmse.tolist(), "pooled_mae_mm": float(1000.0 * self._abs.sum() / total),
+            "num_pixels": int(total)}
 
 
 # -------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pathlib
 from typing import Any
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import flow_report, paper, pretrained, report_figures, results
+from pncnn_jax import flow_report, paper, pretrained, report_distance, report_figures, results
 from pncnn_jax.run_files import flat_label
 from pncnn_jax.run_files import format_value as _f
 
@@ -236,6 +236,7 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
   else:
     lines.append("Not measured yet: the four member runs are not all finished.")
   lines += claims_lib.seed_lines(runs)
+  lines += report_distance.lines(runs, MAIN_ORDER)
   lines += ["", "## Why the official network fails at this scale", "", _why(runs), ""]
   lines += ["## The claims that do not hold, and why", "", *_discussion(runs), *claims_lib.data_term_lines(runs), "",
             "## Figures", ""]

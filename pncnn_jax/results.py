@@ -38,6 +38,7 @@ AUSE_RATIO_MAX = 0.5  # (c): pNCNN AUSE at most half of NCNN-Conf's (the paper: 
 ACCURACY_TOLERANCE = 0.10  # (d): pNCNN MAE and RMSE within 10 % of NCNN-Conf-L1's (the paper: ~10 %)
 FLAT_TOLERANCE = 0.02  # convergence: best val RMSE moved < 2 % in the last 30 % of the lr-0.01 phase
 EVAL_VERSION = 2  # bump when what an evaluation measures changes: cached evaluations of another version are redone
+# (A measurement added beside the others, which the report shows only where present, needs no bump.)
 HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
 
 
@@ -173,6 +174,8 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
          "sparsification": {"fractions": res.sparsification.fractions.tolist(),
                             "model": res.sparsification.model.tolist(),
                             "oracle": res.sparsification.oracle.tolist()}}
+  if res.error_by_disturbed_distance is not None:
+    out["error_by_disturbed_distance"] = res.error_by_disturbed_distance
   if models.VARIANTS[config.variant].conf_estimator != "none":
     out["c0"] = c0_statistics(model, variables, batches_fn())
   if panels_path is not None:

@@ -145,6 +145,49 @@ def test_metric_bad_input_errors():
     M.MeanAccumulator().result()
 
 
+def test_error_by_distance_bins_by_hand_and_splits_the_pooled_mae():
+  # One flagged point at (2, 2) of a 5x7 image; errors chosen per pixel, two pixels without ground truth.
+  flagged = np.zeros((1, 5, 7, 1), bool)
+  flagged[0, 2, 2] = True
+  target = np.full((1, 5, 7, 1), 10.0, np.float32)
+  target[0, 0, 6] = target[0, 4, 0] = 0.0
+  err = np.arange(35, dtype=np.float32).reshape(1, 5, 7, 1) / 100.0
+  acc = M.ErrorByDistance(edges_px=(0.0, 1.0, 2.0, 4.0))
+  acc.update(target + err, target, flagged)
+  r = acc.result()
+  yy, xx = np.mgrid[:5, :7]
+  dist = np.hypot(yy - 2, xx - 2)
+  valid = target[0, ..., 0] > 0
+  e = err[0, ..., 0].astype(np.float64)
+  for k, (lo, hi) in enumerate([(0, 1), (1, 2), (2, 4), (4, np.inf)]):
+    m = valid & (dist >= lo) & (dist < hi)
+    assert r["share"][k] == pytest.approx(m.sum() / valid.sum())
+    assert r["mae_mm"][k] == pytest.approx(1000 * e[m].mean(), rel=1e-6)
+    assert r["rmse_mm"][k] == pytest.approx(1000 * np.sqrt((e[m] ** 2).mean()), rel=1e-6)
+  assert r["mae_mm"][0] == pytest.approx(1000 * e[2, 2], rel=1e-6)  # distance 0: the flagged point itself
+  assert r["pooled_mae_mm"] == pytest.approx(1000 * e[valid].mean(), rel=1e-6)
+  assert sum(s * m for s, m in zip(r["share"], r["mae_mm"])) == pytest.approx(r["pooled_mae_mm"], rel=1e-9)
+  assert r["num_pixels"] == 33
+
+
+def test_error_by_distance_image_without_flagged_points_empty_bins_and_bad_input():
+  target = np.ones((2, 4, 4, 1), np.float32)
+  flagged = np.zeros_like(target, bool)
+  flagged[1, 0, 0] = True  # image 1: every pixel within hypot(3, 3) < 5 px of it; image 0: no flagged point
+  acc = M.ErrorByDistance()
+  acc.update(target + 0.5, target, flagged)
+  r = acc.result()
+  assert r["share"][-1] == pytest.approx(0.5)  # image 0's 16 pixels, all in [20, inf)
+  assert np.isnan(r["mae_mm"][4])  # [10, 20): no pixel
+  assert sum(r["share"]) == pytest.approx(1.0) and r["pooled_mae_mm"] == pytest.approx(500.0)
+  with pytest.raises(ValueError, match=r"ErrorByDistance.update: expected pred, target, flagged of one"):
+    acc.update(np.ones((1, 4, 4, 1)), np.ones((1, 4, 4, 1)), np.ones((1, 4, 5, 1), bool))
+  with pytest.raises(ValueError, match="edges_px must rise from 0"):
+    M.ErrorByDistance(edges_px=(1.0, 2.0))
+  with pytest.raises(ValueError, match="no valid pixels"):
+    M.ErrorByDistance().result()
+
+
 # --- AUSE -----------------------------------------------------------------------------------------
 
 

@@ -134,6 +134,12 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   assert claims["(a) NCNN-Conf (L1 and L2, masked c0) beats NCNN in MAE and RMSE"] is None  # needs L2 too
   for fig in ("sparsification.png", "c0_histogram.png", "panels.png"):
     assert (results_md.parent / "results" / fig).stat().st_size > 10_000
+  assert "## Where the error lies: distance to the nearest disturbed input point" in text
+  for name in ("ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked"):
+    e = summary["runs"][name]["error_by_disturbed_distance"]
+    assert sum(e["share"]) == pytest.approx(1.0) and e["num_pixels"] > 0
+    assert e["pooled_mae_mm"] == pytest.approx(sum(s * m for s, m in zip(e["share"], e["mae_mm"]) if s > 0))
+    assert e["share"] == summary["runs"]["ncnn"]["error_by_disturbed_distance"]["share"]  # same scenes, same bins
   variables, manifest = pretrained.load("synthetic:ncnn_conf_l1_masked", root=ship.parent)
   assert manifest["mask_input_confidence"] is True and manifest["step"] == 6
   assert manifest["config"]["variant"] == "ncnn_conf_l1" and manifest["config"]["model"]["mask_input_confidence"] is True
@@ -496,3 +502,25 @@ def test_discussion_follows_the_numbers_it_quotes():
   text = "\n".join(report._discussion(runs))
   assert "AUSE 0.200 (better than 0.330" in text and "separates the disturbed points less sharply" in text
   assert "over seeds 0-3 its AUROC ranges from 0.18 to 0.91" in text
+
+
+def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
+  from pncnn_jax import report_distance
+
+  def row(mae):
+    share = [0.01, 0.04, 0.05, 0.2, 0.2, 0.5]
+    return {"error_by_disturbed_distance": {
+        "edges_px": [0.0, 1.0, 3.0, 5.0, 10.0, 20.0], "share": share, "mae_mm": mae, "rmse_mm": mae,
+        "pooled_mae_mm": sum(s * m for s, m in zip(share, mae)), "num_pixels": 1000}}
+
+  runs = {"ncnn_conf_l1": row([9000.0, 5000.0, 2000.0, 800.0, 400.0, 200.0]),
+          "pncnn": row([11000.0, 8000.0, 5000.0, 1000.0, 500.0, 210.0]),
+          "ncnn": {"metrics": {}}}  # a run measured before the table existed: left out
+  text = "\n".join(report_distance.lines(runs, ("ncnn", "ncnn_conf_l1", "pncnn")))
+  assert "| share of pixels | 1.0 % | 4.0 % | 5.0 % | 20.0 % | 20.0 % | 50.0 % | 100 % |" in text
+  assert "| `pncnn` | 11000 | 8000 | 5000 | 1000 | 500 | 210 | 1085 |" in text and "| `ncnn` |" not in text
+  assert "| run | [0, 1) px | [1, 3) px | [3, 5) px | [5, 10) px | [10, 20) px | >= 20 px |" in text
+  # gap 1085 - 730 = +355: +290 within 5 px (0.01*2000 + 0.04*3000 + 0.05*3000), +60 at 5-20 px, +5 at >= 20 px
+  assert ("`pncnn` against `ncnn_conf_l1`: pooled MAE +355 mm; +290 mm of it from the 10.0 % of pixels closer than "
+          "5 px to a disturbed point, +5 mm from the 50 % at 20 px or more (there 210 against 200 mm)") in text
+  assert report_distance.lines({"ncnn": {"metrics": {}}}, ("ncnn",)) == []

@@ -27,7 +27,7 @@ LAYERS = [
     ["evaluate", "flow_eval"],
     ["ensemble", "predict", "export"],
     ["train", "results"],
-    ["report", "report_figures", "flow_report", "claims", "carry"],
+    ["report", "report_figures", "report_distance", "flow_report", "claims", "carry"],
     ["demo", "reproduce", "flow_reproduce"],
 ]
 MAX_LINES = 400
