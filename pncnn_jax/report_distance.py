@@ -1,10 +1,13 @@
 """The section 'Where the error lies' of docs/RESULTS.md: each model's error binned by the distance to the nearest
 disturbed input point (`metrics.ErrorByDistance`, measured by `results.evaluate_model`), and claim (d)'s accuracy
-gaps split over those bins.
+gaps split into two parts.
 
-A model whose c0 trusts a disturbed point spreads that point's wrong depth over the pixels NConv fills from it; a
-model that is less accurate everywhere (a weaker depth network, a loss that learns less from hard pixels) is worse
-far from disturbed points too. The split tells the two apart.
+A model can lose accuracy near the disturbed points in two ways: its input confidence trusts them, and NConv spreads
+their wrong depths; or its depth network is weaker in the places where disturbances happen (depth edges, thin and
+far structures), whatever it does with the disturbed points. `results.evaluate_model` also evaluates each model with
+the disturbed points deleted from its input (what a perfect input confidence would give it). The gap that remains
+between two models with the points deleted is their depth networks'; the rest of the gap is how they weigh the
+disturbed points.
 """
 
 from __future__ import annotations
@@ -25,11 +28,34 @@ def _labels(edges: list[float]) -> list[str]:
           for lo, hi in zip(edges, edges[1:] + [math.inf])]
 
 
-def _part(e: dict[str, Any], ref: dict[str, Any], keep) -> float:
-  """The part of the pooled-MAE difference e - ref [mm] in the bins whose (lo, hi) `keep` accepts."""
-  edges = e["edges_px"] + [math.inf]
-  return sum(s * (a - b) for lo, hi, s, a, b in zip(edges, edges[1:], e["share"], e["mae_mm"], ref["mae_mm"])
-             if keep(lo, hi) and s > 0)
+def _parts(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
+  """The pooled-MAE difference a - b [mm] split over the bins: (closer than NEAR_PX, between, at FAR_PX or more)."""
+  edges = a["edges_px"] + [math.inf]
+  parts = [0.0, 0.0, 0.0]
+  for lo, hi, s, x, y in zip(edges, edges[1:], a["share"], a["mae_mm"], b["mae_mm"]):
+    if s > 0:
+      parts[0 if hi <= NEAR_PX else 2 if lo >= FAR_PX else 1] += s * (x - y)
+  return parts[0], parts[1], parts[2]
+
+
+def _gap_text(p: str, conf: str, runs: dict[str, Any]) -> str:
+  a, b = runs[p][KEY], runs[conf][KEY]
+  gap = a["pooled_mae_mm"] - b["pooled_mae_mm"]
+  text = f"`{p}` against `{conf}`: pooled MAE {gap:+.0f} mm ({_split(a, b)})"
+  if "disturbed_deleted" in runs[p] and "disturbed_deleted" in runs[conf]:
+    da, db = runs[p]["disturbed_deleted"][KEY], runs[conf]["disturbed_deleted"][KEY]
+    kept = da["pooled_mae_mm"] - db["pooled_mae_mm"]
+    cost_a, cost_b = a["pooled_mae_mm"] - da["pooled_mae_mm"], b["pooled_mae_mm"] - db["pooled_mae_mm"]
+    text += (f"; with the disturbed points deleted from both inputs {kept:+.0f} mm remain ({_split(da, db)}): the "
+             f"depth networks' part, and {gap - kept:+.0f} mm is how the two weigh the disturbed points (keeping them "
+             f"changes `{p}`'s pooled MAE by {cost_a:+.0f} mm and `{conf}`'s by {cost_b:+.0f} mm)")
+  return text
+
+
+def _split(a: dict[str, Any], b: dict[str, Any]) -> str:
+  near, mid, far = _parts(a, b)
+  return (f"{near:+.0f} mm closer than {NEAR_PX:g} px to a disturbed point, {mid:+.0f} mm at {NEAR_PX:g}-{FAR_PX:g} "
+          f"px, {far:+.0f} mm at {FAR_PX:g} px or more")
 
 
 def lines(runs: dict[str, Any], order: tuple[str, ...]) -> list[str]:
@@ -37,38 +63,26 @@ def lines(runs: dict[str, Any], order: tuple[str, ...]) -> list[str]:
   have = [n for n in order if KEY in runs.get(n, {})]
   if not have:
     return []
-  edges = runs[have[0]][KEY]["edges_px"]
   share = runs[have[0]][KEY]["share"]
-  labels = _labels(edges)
+  labels = _labels(runs[have[0]][KEY]["edges_px"])
   out = ["", "## Where the error lies: distance to the nearest disturbed input point", "",
          "MAE [mm] pooled over the valid ground-truth pixels of the test scenes, binned by each pixel's Euclidean "
          "distance to the nearest disturbed input point (0 px: the disturbed point itself). The pooled MAE weighs "
-         "every pixel equally (the tables above average per image first). The shares of pixels are the same for "
-         "every model (the scenes are).", "",
-         "| run | " + " | ".join(labels) + " | pooled MAE [mm] |", "|" + "---|" * (len(labels) + 2),
-         "| share of pixels | " + " | ".join(f"{100 * s:.1f} %" for s in share) + " | 100 % |"]
+         "every pixel equally (the tables above average per image first). The last column evaluates the same "
+         "model with the disturbed points deleted from its input: what a perfect input confidence would give its "
+         "depth network (for `ncnn` that is the `ncnn_oracle_c0` row).", "",
+         "| run | " + " | ".join(labels) + " | pooled MAE [mm] | same, disturbed points deleted |",
+         "|" + "---|" * (len(labels) + 3),
+         "| share of pixels | " + " | ".join(f"{100 * s:.1f} %" for s in share) + " | 100 % | |"]
   for n in have:
     e = runs[n][KEY]
+    deleted = runs[n].get("disturbed_deleted", {}).get(KEY)
     out.append(f"| `{n}` | " + " | ".join("n/a" if math.isnan(v) else f"{v:.0f}" for v in e["mae_mm"])
-               + f" | {e['pooled_mae_mm']:.0f} |")
-  gaps = []
-  for p, conf in claims_lib.D_PAIRS:
-    if KEY not in runs.get(p, {}) or KEY not in runs.get(conf, {}):
-      continue
-    a, b = runs[p][KEY], runs[conf][KEY]
-    gap = a["pooled_mae_mm"] - b["pooled_mae_mm"]
-    near = _part(a, b, lambda lo, hi: hi <= NEAR_PX)
-    far = _part(a, b, lambda lo, hi: lo >= FAR_PX)
-    near_share = sum(s for hi, s in zip(edges[1:] + [math.inf], share) if hi <= NEAR_PX)
-    far_share = sum(s for lo, s in zip(edges, share) if lo >= FAR_PX)
-    far_a = sum(s * v for lo, s, v in zip(edges, a["share"], a["mae_mm"]) if lo >= FAR_PX) / max(far_share, 1e-12)
-    far_b = sum(s * v for lo, s, v in zip(edges, b["share"], b["mae_mm"]) if lo >= FAR_PX) / max(far_share, 1e-12)
-    gaps.append(f"`{p}` against `{conf}`: pooled MAE {gap:+.0f} mm; {near:+.0f} mm of it from the "
-                f"{100 * near_share:.1f} % of pixels closer than {NEAR_PX:g} px to a disturbed point, {far:+.0f} mm "
-                f"from the {100 * far_share:.0f} % at {FAR_PX:g} px or more (there {far_a:.0f} against {far_b:.0f} mm)")
+               + f" | {e['pooled_mae_mm']:.0f} | " + (f"{deleted['pooled_mae_mm']:.0f}" if deleted else "n/a") + " |")
+  gaps = [_gap_text(p, conf, runs) for p, conf in claims_lib.D_PAIRS
+          if KEY in runs.get(p, {}) and KEY in runs.get(conf, {})]
   if gaps:
-    out += ["", "Claim (d)'s accuracy gaps, split over the bins (the bins' parts add up to the gap): "
-            + "; ".join(gaps) + ". A gap made near the disturbed points is the input confidence's doing (claim (b)): "
-            "NConv spreads a trusted wrong depth over the pixels it fills from it. A gap far from them is the depth "
-            "network's or its loss's."]
+    out += ["", "Claim (d)'s accuracy gaps, split over the bins (the parts add up to the gap): " + "; ".join(gaps)
+            + ". The part that remains with the disturbed points deleted is the depth networks' (the network and the "
+            "loss it was trained with); the rest is the input confidence's."]
   return out

@@ -164,9 +164,12 @@ def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
           "flat": change is not None and abs(change) < FLAT_TOLERANCE}
 
 
-def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path | None = None) -> dict[str, Any]:
+def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path | None = None,
+                   deleted_pass: bool = True) -> dict[str, Any]:
   """Accuracy, uncertainty and c0 statistics of one model (`config` as in paper.run_config) on the scenes
-  that `batches_fn()` yields (called twice: the evaluation pass and the c0 pass)."""
+  that `batches_fn()` yields (called up to three times: the evaluation pass, the c0 pass, and on labelled scenes,
+  with `deleted_pass`, the pass with the disturbed input points deleted: `disturbed_deleted`, the accuracy a
+  perfect input confidence would give this depth network, report_distance.py)."""
   model, loss = config_lib.build_model(config), config_lib.variant_loss(config)
   res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2)
   out = {"variant": config.variant, "masked_c0": bool(config.get("mask_input_confidence", False)), "loss": loss,
@@ -176,6 +179,10 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
                             "oracle": res.sparsification.oracle.tolist()}}
   if res.error_by_disturbed_distance is not None:
     out["error_by_disturbed_distance"] = res.error_by_disturbed_distance
+    if deleted_pass:
+      d = evaluate.run_evaluation(model, variables, _without_disturbed(batches_fn()), loss_name=loss)
+      out["disturbed_deleted"] = {"metrics": {k: d.metrics[k] for k in ("mae", "rmse", "imae", "irmse")},
+                                  "error_by_disturbed_distance": d.error_by_disturbed_distance}
   if models.VARIANTS[config.variant].conf_estimator != "none":
     out["c0"] = c0_statistics(model, variables, batches_fn())
   if panels_path is not None:
@@ -209,7 +216,8 @@ def oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -
   """NCNN evaluated with its disturbed input points removed: a binary c0 that knew the labels."""
   run = paper.RUNS_BY_NAME["ncnn"]
   config, _, variables, meta = load_run(workdir, run, scale, files)
-  out = evaluate_model(config, variables, lambda: _without_disturbed(heldout_batches(scale, cache_dir)))
+  out = evaluate_model(config, variables, lambda: _without_disturbed(heldout_batches(scale, cache_dir)),
+                       deleted_pass=False)  # its input has them deleted already
   out.update({"name": "ncnn_oracle_c0", "step": meta.get("step"), "group": "oracle"})
   return out
 

@@ -140,6 +140,9 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
     assert sum(e["share"]) == pytest.approx(1.0) and e["num_pixels"] > 0
     assert e["pooled_mae_mm"] == pytest.approx(sum(s * m for s, m in zip(e["share"], e["mae_mm"]) if s > 0))
     assert e["share"] == summary["runs"]["ncnn"]["error_by_disturbed_distance"]["share"]  # same scenes, same bins
+  assert "disturbed_deleted" not in summary["runs"]["ncnn_oracle_c0"]  # its input has them deleted already
+  assert summary["runs"]["ncnn"]["disturbed_deleted"]["metrics"]["mae"] == pytest.approx(
+      summary["runs"]["ncnn_oracle_c0"]["metrics"]["mae"], rel=1e-6)  # the same evaluation, measured twice
   variables, manifest = pretrained.load("synthetic:ncnn_conf_l1_masked", root=ship.parent)
   assert manifest["mask_input_confidence"] is True and manifest["step"] == 6
   assert manifest["config"]["variant"] == "ncnn_conf_l1" and manifest["config"]["model"]["mask_input_confidence"] is True
@@ -507,20 +510,32 @@ def test_discussion_follows_the_numbers_it_quotes():
 def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
   from pncnn_jax import report_distance
 
-  def row(mae):
+  def dist(mae):
     share = [0.01, 0.04, 0.05, 0.2, 0.2, 0.5]
-    return {"error_by_disturbed_distance": {
-        "edges_px": [0.0, 1.0, 3.0, 5.0, 10.0, 20.0], "share": share, "mae_mm": mae, "rmse_mm": mae,
-        "pooled_mae_mm": sum(s * m for s, m in zip(share, mae)), "num_pixels": 1000}}
+    return {"edges_px": [0.0, 1.0, 3.0, 5.0, 10.0, 20.0], "share": share, "mae_mm": mae, "rmse_mm": mae,
+            "pooled_mae_mm": sum(s * m for s, m in zip(share, mae)), "num_pixels": 1000}
 
-  runs = {"ncnn_conf_l1": row([9000.0, 5000.0, 2000.0, 800.0, 400.0, 200.0]),
-          "pncnn": row([11000.0, 8000.0, 5000.0, 1000.0, 500.0, 210.0]),
+  def row(mae, deleted=None):
+    return {"error_by_disturbed_distance": dist(mae),
+            **({"disturbed_deleted": {"error_by_disturbed_distance": dist(deleted)}} if deleted else {})}
+
+  runs = {"ncnn_conf_l1": row([9000.0, 5000.0, 2000.0, 800.0, 400.0, 200.0],
+                              [8000.0, 5000.0, 2000.0, 800.0, 400.0, 200.0]),
+          "pncnn": row([11000.0, 8000.0, 5000.0, 1000.0, 500.0, 210.0],
+                       [9000.0, 8000.0, 5000.0, 1000.0, 500.0, 210.0]),
+          "pncnn_exp": row([7000.0, 5000.0, 2000.0, 800.0, 400.0, 170.0]),
           "ncnn": {"metrics": {}}}  # a run measured before the table existed: left out
-  text = "\n".join(report_distance.lines(runs, ("ncnn", "ncnn_conf_l1", "pncnn")))
-  assert "| share of pixels | 1.0 % | 4.0 % | 5.0 % | 20.0 % | 20.0 % | 50.0 % | 100 % |" in text
-  assert "| `pncnn` | 11000 | 8000 | 5000 | 1000 | 500 | 210 | 1085 |" in text and "| `ncnn` |" not in text
+  text = "\n".join(report_distance.lines(runs, ("ncnn", "ncnn_conf_l1", "pncnn", "pncnn_exp")))
+  assert "| share of pixels | 1.0 % | 4.0 % | 5.0 % | 20.0 % | 20.0 % | 50.0 % | 100 % | |" in text
+  assert "| `pncnn` | 11000 | 8000 | 5000 | 1000 | 500 | 210 | 1085 | 1065 |" in text and "| `ncnn` |" not in text
+  assert "| `pncnn_exp` | 7000 | 5000 | 2000 | 800 | 400 | 170 | 695 | n/a |" in text
   assert "| run | [0, 1) px | [1, 3) px | [3, 5) px | [5, 10) px | [10, 20) px | >= 20 px |" in text
-  # gap 1085 - 730 = +355: +290 within 5 px (0.01*2000 + 0.04*3000 + 0.05*3000), +60 at 5-20 px, +5 at >= 20 px
-  assert ("`pncnn` against `ncnn_conf_l1`: pooled MAE +355 mm; +290 mm of it from the 10.0 % of pixels closer than "
-          "5 px to a disturbed point, +5 mm from the 50 % at 20 px or more (there 210 against 200 mm)") in text
+  # gap 1085 - 730 = +355: +290 within 5 px (0.01*2000 + 0.04*3000 + 0.05*3000), +60 at 5-20 px, +5 at >= 20 px;
+  # deleted: 1065 - 720 = +345 (+280 within 5 px), so +10 mm is how the two weigh the disturbed points.
+  assert ("`pncnn` against `ncnn_conf_l1`: pooled MAE +355 mm (+290 mm closer than 5 px to a disturbed point, +60 mm "
+          "at 5-20 px, +5 mm at 20 px or more); with the disturbed points deleted from both inputs +345 mm remain "
+          "(+280 mm closer than 5 px to a disturbed point, +60 mm at 5-20 px, +5 mm at 20 px or more): the depth "
+          "networks' part, and +10 mm is how the two weigh the disturbed points (keeping them changes `pncnn`'s "
+          "pooled MAE by +20 mm and `ncnn_conf_l1`'s by +10 mm)") in text
+  assert "`pncnn_exp` against `ncnn_conf_l1`: pooled MAE -35 mm (-20 mm closer" in text  # no deleted pass: one split
   assert report_distance.lines({"ncnn": {"metrics": {}}}, ("ncnn",)) == []
