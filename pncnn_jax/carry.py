@@ -49,8 +49,10 @@ def _remeasure(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str
 
 
 def _copied(row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
-  """An earlier row as it was, marked with the page that measured it (kept when copied again)."""
-  return {**row, "carried_from": row.get("carried_from") or source}
+  """An earlier row as it was, marked with the page that measured it (kept when copied again). A row that page
+  measured from shipped weights loses its `weights_from`: the weights shipped under that name now are another run's."""
+  kept = {k: v for k, v in row.items() if k not in ("weights_from", "curve_from")}
+  return {**kept, "carried_from": row.get("carried_from") or source}
 
 
 def _here(path: pathlib.Path, fresh_after: float, compute, evaluate: bool) -> dict[str, Any] | None:

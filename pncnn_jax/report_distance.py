@@ -5,9 +5,9 @@ gaps split into two parts.
 A model can lose accuracy near the disturbed points in two ways: its input confidence trusts them, and NConv spreads
 their wrong depths; or its depth network is weaker in the places where disturbances happen (depth edges, thin and
 far structures), whatever it does with the disturbed points. `results.evaluate_model` also evaluates each model with
-the disturbed points deleted from its input (what a perfect input confidence would give it). The gap that remains
-between two models with the points deleted is their depth networks'; the rest of the gap is how they weigh the
-disturbed points.
+the disturbed points deleted from its input (for NCNN: what a perfect binary input confidence would give). The gap
+that remains between two models with the points deleted is their depth networks'; the rest of the gap is what
+keeping the disturbed points does for each (its input confidence, and what it learned to make of them).
 """
 
 from __future__ import annotations
@@ -69,8 +69,10 @@ def lines(runs: dict[str, Any], order: tuple[str, ...]) -> list[str]:
          "MAE [mm] pooled over the valid ground-truth pixels of the test scenes, binned by each pixel's Euclidean "
          "distance to the nearest disturbed input point (0 px: the disturbed point itself). The pooled MAE weighs "
          "every pixel equally (the tables above average per image first). The last column evaluates the same "
-         "model with the disturbed points deleted from its input: what a perfect input confidence would give its "
-         "depth network (for `ncnn` that is the `ncnn_oracle_c0` row).", "",
+         "model with the disturbed points deleted from its input. For `ncnn` that is what a perfect binary input "
+         "confidence would give (the `ncnn_oracle_c0` row). A learned model was trained with the disturbed points "
+         "present: where it is worse without them, it either makes use of them or suffers from an input sparser "
+         "than in training, and this evaluation cannot tell which.", "",
          "| run | " + " | ".join(labels) + " | pooled MAE [mm] | same, disturbed points deleted |",
          "|" + "---|" * (len(labels) + 3),
          "| share of pixels | " + " | ".join(f"{100 * s:.1f} %" for s in share) + " | 100 % | |"]
@@ -83,6 +85,7 @@ def lines(runs: dict[str, Any], order: tuple[str, ...]) -> list[str]:
           if KEY in runs.get(p, {}) and KEY in runs.get(conf, {})]
   if gaps:
     out += ["", "Claim (d)'s accuracy gaps, split over the bins (the parts add up to the gap): " + "; ".join(gaps)
-            + ". The part that remains with the disturbed points deleted is the depth networks' (the network and the "
-            "loss it was trained with); the rest is the input confidence's."]
+            + ". The part that remains with the disturbed points deleted does not depend on how either model weighs "
+            "them: it is the depth networks' (the network and the loss it was trained with). The rest is what keeping "
+            "the disturbed points does for each model: its input confidence, and what it has learned to make of them."]
   return out

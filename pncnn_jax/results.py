@@ -168,8 +168,8 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
                    deleted_pass: bool = True) -> dict[str, Any]:
   """Accuracy, uncertainty and c0 statistics of one model (`config` as in paper.run_config) on the scenes
   that `batches_fn()` yields (called up to three times: the evaluation pass, the c0 pass, and on labelled scenes,
-  with `deleted_pass`, the pass with the disturbed input points deleted: `disturbed_deleted`, the accuracy a
-  perfect input confidence would give this depth network, report_distance.py)."""
+  with `deleted_pass`, the pass with the disturbed input points deleted: `disturbed_deleted`, the accuracy of this
+  depth network without them, report_distance.py)."""
   model, loss = config_lib.build_model(config), config_lib.variant_loss(config)
   res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2)
   out = {"variant": config.variant, "masked_c0": bool(config.get("mask_input_confidence", False)), "loss": loss,

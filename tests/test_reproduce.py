@@ -186,6 +186,7 @@ def _carry_file(tmp_path, **changes):
   from conftest import REPO
   long = json.loads((REPO / "docs" / "RESULTS_LONG.json").read_text())
   runs = {n: long["runs"][n] for n in ("ncnn", "ncnn_conf_l1", "ncnn_oracle_c0", "pncnn_masked")}
+  runs["ncnn"] = {**runs["ncnn"], "weights_from": "pncnn_jax/pretrained/synthetic/ncnn.npz"}  # measured from weights
   runs["pncnn_masked"] = {**runs["pncnn_masked"], "eval_version": 1}  # measured differently: not carried
   prior = {"scale": "smoke", "recipe": paper.SCALES["smoke"], "runs": runs, "fusion": None, "commit": "0123456789ab",
            "date": "2026-11-20", **changes}
@@ -206,6 +207,7 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   assert "pncnn_masked" in summary["not_finished"] and "ncnn" not in summary["not_finished"]
   for e in summary["runs"].values():
     assert e["carried_from"] == {"commit": "0123456789ab", "date": "2026-11-20"}
+    assert "weights_from" not in e and "curve_from" not in e  # copied: no weights of this run are evaluated here
   page = tmp_path / "docs" / "RESULTS_SMOKE.md"
   report.write(summary, page, tmp_path / "wd")
   text = page.read_text()
@@ -213,6 +215,7 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   assert ("By the page they were copied from (its commit and date): commit 0123456789 (2026-11-20): `ncnn`, "
           "`ncnn_conf_l1`, `ncnn_oracle_c0`.") in text
   assert "| `ncnn_conf_l1` | 334,498 | 525.2 | 2553 |" in text
+  assert "Trained in earlier sittings, evaluated here" not in text  # the earlier page measured weights; not this one
   assert ("- (b) the learned c0 of `ncnn_conf_l1` singles out the disturbed points: **does not hold**. AUROC 0.377"
           in text)  # the claims are judged on the carried rows too
   again = carry.add(results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False),
