@@ -325,7 +325,7 @@ def _discussion(runs: dict[str, Any]) -> list[str]:
       f"close ({100 * (p['pncnn_exp'][0] / p['ncnn_conf_l1'][0] - 1):+.0f} % / "
       f"{100 * (p['pncnn_exp'][1] / p['ncnn_conf_l1'][1] - 1):+.0f} %). The Gaussian NLL weighs each pixel's "
       "squared error by its predicted precision, so the depth network learns least from the pixels it finds hard "
-      "(depth edges, far surfaces): MAE suffers most.")
+      "(depth edges, far surfaces): MAE suffers most." + report_distance.gap_sentence(runs, "pncnn", "ncnn_conf_l1"))
   if "pncnn_masked" in runs and "ncnn_conf_l1_masked" in runs:
     a, b = runs["pncnn_masked"], runs["ncnn_conf_l1_masked"]
     text = ("- **(c) NCNN-Conf's own confidence, with and without the mask.** `ncnn_conf_l1_masked` ranks its "

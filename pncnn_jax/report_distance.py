@@ -89,3 +89,21 @@ def lines(runs: dict[str, Any], order: tuple[str, ...]) -> list[str]:
             "them: it is the depth networks' (the network and the loss it was trained with). The rest is what keeping "
             "the disturbed points does for each model: its input confidence, and what it has learned to make of them."]
   return out
+
+
+def gap_sentence(runs: dict[str, Any], p: str, conf: str) -> str:
+  """One sentence on where `p`'s pooled-MAE gap to `conf` lies ('' without both measurements)."""
+  if not all(KEY in runs.get(n, {}) and "disturbed_deleted" in runs.get(n, {}) for n in (p, conf)):
+    return ""
+  a, b = runs[p][KEY], runs[conf][KEY]
+  gap = a["pooled_mae_mm"] - b["pooled_mae_mm"]
+  kept = runs[p]["disturbed_deleted"][KEY]["pooled_mae_mm"] - runs[conf]["disturbed_deleted"][KEY]["pooled_mae_mm"]
+  if gap <= 0:
+    return ""
+  far = _parts(a, b)[2]
+  reading = ("mostly the depth network's, in the places where disturbances happen, not how c0 weighs the disturbed "
+             "points" if kept > gap / 2 else "mostly how c0 weighs the disturbed points, not the depth network")
+  return (f" Measured here (section 'Where the error lies'): `{p}`'s pooled MAE is {gap:+.0f} mm against `{conf}`'s, "
+          f"{gap - far:+.0f} mm of it within {FAR_PX:g} px of a disturbed point ({far:+.0f} mm beyond), and "
+          f"{kept:+.0f} mm ({100 * kept / gap:.0f} %) remain with the disturbed points deleted from both inputs: "
+          f"{reading}.")

@@ -542,3 +542,9 @@ def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
           "pooled MAE by +20 mm and `ncnn_conf_l1`'s by +10 mm)") in text
   assert "`pncnn_exp` against `ncnn_conf_l1`: pooled MAE -35 mm (-20 mm closer" in text  # no deleted pass: one split
   assert report_distance.lines({"ncnn": {"metrics": {}}}, ("ncnn",)) == []
+  assert report_distance.gap_sentence(runs, "pncnn", "ncnn_conf_l1") == (
+      " Measured here (section 'Where the error lies'): `pncnn`'s pooled MAE is +355 mm against `ncnn_conf_l1`'s, "
+      "+350 mm of it within 20 px of a disturbed point (+5 mm beyond), and +345 mm (97 %) remain with the disturbed "
+      "points deleted from both inputs: mostly the depth network's, in the places where disturbances happen, not how "
+      "c0 weighs the disturbed points.")
+  assert report_distance.gap_sentence(runs, "pncnn_exp", "ncnn_conf_l1") == ""  # no deleted pass, no sentence
