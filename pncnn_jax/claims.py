@@ -94,9 +94,11 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
 
 
 def done_group(runs: dict[str, Any], name: str) -> tuple[str, ...]:
-  """The runs of `name`'s recipe over its seeds (paper.SEED_GROUPS) when all of them are in `runs`; () otherwise."""
-  group = paper.SEED_GROUPS.get(name, ())
-  return group if group and all(n in runs for n in group) else ()
+  """The finished runs of `name`'s recipe over its seeds (paper.SEED_GROUPS), in seed order, when its seed-0 run and
+  at least one other are in `runs`; () otherwise. A group is quoted with the seeds it has (`seed_list`): a retrained
+  run is another draw (README, 'Reproducing the paper's claims'), so two seeds say more than one."""
+  group = tuple(n for n in paper.SEED_GROUPS.get(name, ()) if n in runs)
+  return group if len(group) >= 2 and group[0] == name else ()
 
 
 def _lengths_note(runs: dict[str, Any], *names: str) -> str:
@@ -118,7 +120,7 @@ def seed_list(names: tuple[str, ...]) -> str:
 
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
-  """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group whose runs are all done."""
+  """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group with seeds done (done_group)."""
   group = done_group(runs, name)
   if not group:
     return ""
@@ -136,17 +138,17 @@ def _seed_columns(runs: dict[str, Any], group: tuple[str, ...]) -> dict[str, lis
 
 
 def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
-  """'; means over seeds: a vs b (ratio)' when both runs key complete paper.SEED_GROUPS groups."""
+  """'; means over seeds: a vs b (ratio)' when both runs key paper.SEED_GROUPS groups with seeds done (done_group)."""
   groups = [done_group(runs, n) for n in (name, ref)]
   if not all(groups):
     return ""
   a, b = (float(np.mean([value(runs[n]) for n in g])) for g in groups)
-  return (f"; means over seeds 0-{len(groups[0]) - 1} and 0-{len(groups[1]) - 1}: {a:.3f} vs {b:.3f} "
+  return (f"; means over {seed_list(groups[0])} and {seed_list(groups[1])}: {a:.3f} vs {b:.3f} "
           f"(ratio {a / b:.2f})")
 
 
 def seed_lines(runs: dict[str, Any]) -> list[str]:
-  """Each recipe of paper.SEED_GROUPS over its seeds (the groups whose runs are all done): the spread one run carries."""
+  """Each recipe of paper.SEED_GROUPS over its finished seeds (done_group): the spread one run carries."""
   groups = {k: g for k in paper.SEED_GROUPS if (g := done_group(runs, k))}
   if not groups:
     return []

@@ -377,14 +377,17 @@ def test_claims_carry_their_spread_over_seeds():
   runs["ncnn_conf_l1_masked_seed2"] = _fake_run(500, 2500, 0.4, 0.9, 0.85, 0.01, 0.2)
   c = {t: n for t, _, n in claims.claims(runs, None)}[
       f"(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
-  assert c.endswith("; means over seeds 0-1 and 0-2: 0.105 vs 0.300 (ratio 0.35)")  # (0.12+0.09)/2, (0.2+0.3+0.4)/3
+  assert c.endswith("; means over seeds 0-1 and seeds 0-2: 0.105 vs 0.300 (ratio 0.35)")  # (0.12+0.09)/2, (0.2+0.3+0.4)/3
   del runs["ncnn_conf_l1_masked_seed1"], runs["ncnn_conf_l1_masked_seed2"]
   lines = claims.seed_lines(runs)
   assert "(`pncnn_masked`, `pncnn_beta_masked`)" in lines[3]
   assert any(ln.startswith("| `pncnn_beta_masked` seeds 0-1: mean (sd) | 552.5 (67.2) | 2400 (0) |") for ln in lines)
   assert lines[-1].startswith("\n`pncnn_beta_masked`, seeds 0-1: the AUROC of c0 spans 0.90-0.90 (0 of 2 below 0.5")
   assert not any("laplace_masked" in c for c, *_ in claims.claims(runs, None))  # an option not run: no line
-  del runs["pncnn_masked_seed3"], runs["pncnn_beta_masked_seed1"]
+  del runs["pncnn_masked_seed3"], runs["pncnn_beta_masked_seed1"]  # a group is quoted with the seeds it has
+  assert claims.seed_lines(runs)[-1].startswith("\n`pncnn_masked`, seeds 0-2: the AUROC of c0 spans")
+  assert "over seeds 0-2 of the same recipe it holds for" in claims.claims(runs, None)[3][2]
+  del runs["pncnn_masked_seed1"], runs["pncnn_masked_seed2"]  # seed 0 alone: no spread
   assert claims.seed_lines(runs) == [] and "over seeds" not in claims.claims(runs, None)[3][2]
 
 
