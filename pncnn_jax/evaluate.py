@@ -49,7 +49,7 @@ class EvalResult:
   uncertainty: ause_pncnn, ause_gustafsson, auce and nll (None without a calibrated sigma), num_pixels.
   auroc_disturbed: AUROC of -c0 for the disturbed input points (synthetic data only, else None).
   error_by_disturbed_distance: the pooled error binned by distance to the nearest disturbed input point
-    (`metrics.ErrorByDistance`; synthetic data only, else None).
+    (`metrics.ErrorByDistance`; with `error_by_distance` on batches with `disturbed`, else None).
   sparsification: the pNCNN-normalised curves (`metrics.Sparsification`) for the plot.
   panels: up to `num_panels` dicts of (H, W) arrays: sparse, input_confidence, depth, uncertainty, error, target.
   """
@@ -101,7 +101,8 @@ def batch_arrays(batch: Mapping[str, Any], index: int) -> tuple[np.ndarray, np.n
 
 def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: Iterable[Mapping[str, np.ndarray]],
                    *, loss_name: str, metric_set: str = "kitti", mesh: Mesh | None = None, max_batches: int = -1,
-                   num_panels: int = 0, eval_fn=None, progress: bool = False) -> EvalResult:
+                   num_panels: int = 0, eval_fn=None, progress: bool = False,
+                   error_by_distance: bool = False) -> EvalResult:
   """Evaluates `model` with `variables` on `batches` (dicts with NHWC `sparse`, `target`, optional `disturbed`).
 
   Each batch is zero-padded to a multiple of the device count (padded rows are dropped again) and sharded over
@@ -118,6 +119,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
     num_panels: keep the first `num_panels` images for qualitative panels.
     eval_fn: a `make_eval_fn` result to reuse (saves a compilation).
     progress: show a tqdm bar.
+    error_by_distance: also bin the error by distance to the nearest disturbed input point (batches with
+      `disturbed`: `metrics.ErrorByDistance`, a distance transform per image; off in the training loop's validation).
   """
   if metric_set == "flow":  # sparse optical flow (configs/flow_synthetic.py): a flow_eval.FlowEvalResult
     return flow_eval.run_flow_evaluation(flow_eval.model_predictor(model, variables, mesh), batches,
@@ -129,7 +132,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   has_sigma = loss_name in losses.PROBABILISTIC_LOSSES
   dist_scores: list[np.ndarray] = []
   dist_labels: list[np.ndarray] = []
-  by_distance = M.ErrorByDistance()
+  by_distance = M.ErrorByDistance() if error_by_distance else None
   panels: list[dict[str, np.ndarray]] = []
   panel_names: list[str] = []
   num_images = 0
@@ -160,7 +163,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
       pts = sparse > 0
       dist_scores.append(-c0[pts].astype(np.float64))
       dist_labels.append(disturbed[0][pts])
-      by_distance.update(depth, target, disturbed[0])  # also where an input point was removed (the oracle)
+      if by_distance is not None:  # the distances also to points deleted from the input (the oracle)
+        by_distance.update(depth, target, disturbed[0])
     for j in range(depth.shape[0]):
       if len(panels) >= num_panels:
         break
@@ -194,7 +198,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
                     sparsification_gustafsson=ures["sparsification_gustafsson"], panels=panels,
                     uncertainty_kind="sigma [m]" if has_sigma else "confidence (uncalibrated)",
                     panel_names=panel_names if len(panel_names) == len(panels) else [],
-                    error_by_disturbed_distance=by_distance.result() if dist_scores else None)
+                    error_by_disturbed_distance=by_distance.result() if by_distance is not None and dist_scores else None)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -38,17 +38,25 @@ def _parts(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
   return parts[0], parts[1], parts[2]
 
 
+def _pair(runs: dict[str, Any], p: str, conf: str):
+  """(`p`'s bins, `conf`'s, and both with the disturbed points deleted: None, None without that pass)."""
+  deleted = [runs[n].get("disturbed_deleted", {}).get(KEY) for n in (p, conf)]
+  return (runs[p][KEY], runs[conf][KEY], *(deleted if all(deleted) else (None, None)))
+
+
+def _gap(a: dict[str, Any], b: dict[str, Any]) -> float:
+  return a["pooled_mae_mm"] - b["pooled_mae_mm"]
+
+
 def _gap_text(p: str, conf: str, runs: dict[str, Any]) -> str:
-  a, b = runs[p][KEY], runs[conf][KEY]
-  gap = a["pooled_mae_mm"] - b["pooled_mae_mm"]
+  a, b, da, db = _pair(runs, p, conf)
+  gap = _gap(a, b)
   text = f"`{p}` against `{conf}`: pooled MAE {gap:+.0f} mm ({_split(a, b)})"
-  if "disturbed_deleted" in runs[p] and "disturbed_deleted" in runs[conf]:
-    da, db = runs[p]["disturbed_deleted"][KEY], runs[conf]["disturbed_deleted"][KEY]
-    kept = da["pooled_mae_mm"] - db["pooled_mae_mm"]
-    cost_a, cost_b = a["pooled_mae_mm"] - da["pooled_mae_mm"], b["pooled_mae_mm"] - db["pooled_mae_mm"]
+  if da is not None:
+    kept = _gap(da, db)
     text += (f"; with the disturbed points deleted from both inputs {kept:+.0f} mm remain ({_split(da, db)}): the "
              f"depth networks' part, and {gap - kept:+.0f} mm is how the two weigh the disturbed points (keeping them "
-             f"changes `{p}`'s pooled MAE by {cost_a:+.0f} mm and `{conf}`'s by {cost_b:+.0f} mm)")
+             f"changes `{p}`'s pooled MAE by {_gap(a, da):+.0f} mm and `{conf}`'s by {_gap(b, db):+.0f} mm)")
   return text
 
 
@@ -93,16 +101,15 @@ def lines(runs: dict[str, Any], order: tuple[str, ...]) -> list[str]:
 
 def gap_sentence(runs: dict[str, Any], p: str, conf: str) -> str:
   """One sentence on where `p`'s pooled-MAE gap to `conf` lies ('' without both measurements)."""
-  if not all(KEY in runs.get(n, {}) and "disturbed_deleted" in runs.get(n, {}) for n in (p, conf)):
+  if not all(KEY in runs.get(n, {}) for n in (p, conf)):
     return ""
-  a, b = runs[p][KEY], runs[conf][KEY]
-  gap = a["pooled_mae_mm"] - b["pooled_mae_mm"]
-  kept = runs[p]["disturbed_deleted"][KEY]["pooled_mae_mm"] - runs[conf]["disturbed_deleted"][KEY]["pooled_mae_mm"]
-  if gap <= 0:
+  a, b, da, db = _pair(runs, p, conf)
+  gap = _gap(a, b)
+  if da is None or gap <= 0:
     return ""
-  far = _parts(a, b)[2]
+  kept, far = _gap(da, db), _parts(a, b)[2]
   reading = ("mostly the depth network's, in the places where disturbances happen, not how c0 weighs the disturbed "
-             "points" if kept > gap / 2 else "mostly how c0 weighs the disturbed points, not the depth network")
+             "points" if kept > gap / 2 else "mostly what keeping the disturbed points does, not the depth network")
   return (f" Measured here (section 'Where the error lies'): `{p}`'s pooled MAE is {gap:+.0f} mm against `{conf}`'s, "
           f"{gap - far:+.0f} mm of it within {FAR_PX:g} px of a disturbed point ({far:+.0f} mm beyond), and "
           f"{kept:+.0f} mm ({100 * kept / gap:.0f} %) remain with the disturbed points deleted from both inputs: "

@@ -171,7 +171,9 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
   with `deleted_pass`, the pass with the disturbed input points deleted: `disturbed_deleted`, the accuracy of this
   depth network without them, report_distance.py)."""
   model, loss = config_lib.build_model(config), config_lib.variant_loss(config)
-  res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2)
+  eval_fn = evaluate.make_eval_fn(model, "kitti")  # one compilation for both passes
+  res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2, eval_fn=eval_fn,
+                                error_by_distance=True)
   out = {"variant": config.variant, "masked_c0": bool(config.get("mask_input_confidence", False)), "loss": loss,
          "params": models.count_params(variables["params"]), "metrics": res.metrics, "uncertainty": res.uncertainty,
          "sparsification": {"fractions": res.sparsification.fractions.tolist(),
@@ -180,7 +182,8 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
   if res.error_by_disturbed_distance is not None:
     out["error_by_disturbed_distance"] = res.error_by_disturbed_distance
     if deleted_pass:
-      d = evaluate.run_evaluation(model, variables, _without_disturbed(batches_fn()), loss_name=loss)
+      d = evaluate.run_evaluation(model, variables, _without_disturbed(batches_fn()), loss_name=loss, eval_fn=eval_fn,
+                                  error_by_distance=True)
       out["disturbed_deleted"] = {"metrics": {k: d.metrics[k] for k in ("mae", "rmse", "imae", "irmse")},
                                   "error_by_disturbed_distance": d.error_by_disturbed_distance}
   if models.VARIANTS[config.variant].conf_estimator != "none":

@@ -158,6 +158,14 @@ def test_uneven_batches_on_two_devices_give_per_image_means():
   pts = batch["sparse"] > 0
   expected = metrics.auroc(-np.asarray(out.input_confidence)[pts], batch["disturbed"][pts])
   assert res.auroc_disturbed == pytest.approx(expected)
+  assert res.error_by_disturbed_distance is None  # off unless asked for: the training loop validates with this
+  binned = evaluate.run_evaluation(model, variables, [batch], loss_name="gaussian_nll", error_by_distance=True)
+  acc = metrics.ErrorByDistance()
+  acc.update(np.asarray(out.depth), batch["target"], batch["disturbed"])
+  want, got = acc.result(), binned.error_by_disturbed_distance
+  assert set(got) == set(want) and got["num_pixels"] == want["num_pixels"]
+  for k in ("share", "mae_mm", "rmse_mm", "pooled_mae_mm"):
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, err_msg=k)
 
 
 def test_non_finite_predictions_are_a_divergence_not_an_ause_error():
