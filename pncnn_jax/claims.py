@@ -85,9 +85,12 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
   if fusion:
     rows = fusion["rows"]
     best = min(("weighted_mean", "max_confidence", "mle"), key=lambda r: rows[r]["rmse"])
+    steps = fusion.get("steps") or {}  # the demo's shipped members: each one's training steps
+    mixed = (f" (members of mixed lengths: {', '.join(f'{n} {s}' for n, s in steps.items())} steps)"
+             if len(set(steps.values())) > 1 else "")
     out.append((title, rows[best]["rmse"] < rows["mean"]["rmse"],
                 "RMSE [mm]: " + ", ".join(f"{r} {rows[r]['rmse']:.0f}" for r in
-                                          ("mean", "weighted_mean", "max_confidence", "mle"))))
+                                          ("mean", "weighted_mean", "max_confidence", "mle")) + mixed))
   else:
     out.append((title, None, "It needs the four ensemble runs"))
   return out

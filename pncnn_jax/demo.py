@@ -3,8 +3,9 @@ r"""The demo behind `make demo`: the shipped models on fresh synthetic scenes, a
   python -m pncnn_jax.demo --workdir demo_out [--scenes 32] [--train_steps 100] [--quick]
 
 1. Evaluates every model shipped in `pncnn_jax/pretrained/synthetic/` (trained by `python -m pncnn_jax.reproduce`)
-   on `--scenes` scenes that no run has seen (the synthetic 'test' split of scene seed 1; training, validation
-   and docs/RESULTS.md use seed 0), and checks the paper's claims on them, as docs/RESULTS.md does.
+   and the shipped 4-member pNCNN ensemble with its fusion rules on `--scenes` scenes that no run has seen (the
+   synthetic 'test' split of scene seed 1; training, validation and docs/RESULTS.md use seed 0), and checks the
+   paper's claims on them, as docs/RESULTS.md does.
 2. Trains pNCNN (masked c0) for `--train_steps` steps of configs/synthetic.py, to show that training runs and
    what its first steps reach (machine-dependent: summation orders differ between CPUs).
 
@@ -56,6 +57,29 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
           "scenes": f"{scenes} fresh scenes (synthetic test split, scene seed {FRESH_SEED})"}
 
 
+def evaluate_shipped_fusion(scenes: int, batch_size: int = 4) -> dict | None:
+  """Members and fusion rules (`ensemble.evaluate_ensemble`) of the shipped 4-run pNCNN ensemble (`paper.ENSEMBLE`)
+  on the fresh scenes, as results.evaluate_fusion measures them on the test scenes; None unless all four are shipped.
+  `steps`: each member's training steps (the claim names mixed lengths)."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import ensemble, paper, pretrained, results  # pylint: disable=g-import-not-at-top
+  if not all(n in pretrained.available("synthetic") for n in paper.ENSEMBLE):
+    return None
+  t0 = time.time()
+  loaded = [pretrained.load(f"synthetic:{n}") for n in paper.ENSEMBLE]
+  config = ml_collections.ConfigDict(loaded[0][1]["config"])
+  crop = (config.data.eval_crop_height, config.data.eval_crop_width)
+  rows = ensemble.evaluate_ensemble(
+      config_lib.build_model(config), ensemble.stack_trees([v for v, _ in loaded]),
+      results.scene_batches(crop, scenes, scene_seed=FRESH_SEED, batch_size=batch_size),
+      loss_name=config_lib.variant_loss(config))
+  print(f"  {'ensemble of ' + str(len(loaded)) + ' pncnn_masked seeds':22s} RMSE mean {rows['mean']['rmse']:.1f} mm, "
+        f"MLE {rows['mle']['rmse']:.1f} mm  ({time.time() - t0:.0f} s)", flush=True)
+  return {"members": list(paper.ENSEMBLE), "steps": {n: m["step"] for n, (_, m) in zip(paper.ENSEMBLE, loaded)},
+          "rows": rows}
+
+
 def train_short(root: pathlib.Path, steps: int) -> list[dict]:
   from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from pncnn_jax import train  # pylint: disable=g-import-not-at-top
@@ -98,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
   t_start = time.time()
   print(f"pncnn_jax demo: the shipped models on {args.scenes} fresh synthetic scenes", flush=True)
   summary = evaluate_shipped(root, args.scenes)
+  summary["fusion"] = evaluate_shipped_fusion(args.scenes)
   intro = (f"The models shipped in `pncnn_jax/pretrained/synthetic/`, evaluated by `make demo` on {summary['scenes']}"
            ": scenes that no training, validation or docs/RESULTS.md run has seen. The claims are checked with the "
            "thresholds of docs/RESULTS.md. Each model was trained by `python -m pncnn_jax.reproduce` at the scale "

@@ -339,6 +339,24 @@ def test_claims_name_unequal_training_lengths():
       "(a) NCNN-Conf (L1 and L2, masked c0) beats NCNN in MAE and RMSE"]  # a step unknown: nothing to say
 
 
+def test_fusion_claim_compares_the_best_confidence_rule_with_the_mean_and_names_mixed_lengths():
+  """(e) holds when the best of weighted mean, max-confidence and MLE has a lower RMSE than the plain mean; a fusion
+  table whose members were trained for different numbers of steps (the demo's shipped members) says so."""
+  from pncnn_jax import claims  # pylint: disable=g-import-not-at-top
+  title = "(e) confidence-based fusion beats the plain mean (4-member pNCNN ensemble, RMSE)"
+  rows = {"mean": {"rmse": 2600.0}, "weighted_mean": {"rmse": 2610.0}, "max_confidence": {"rmse": 2590.4},
+          "mle": {"rmse": 2700.0}}
+  fusion = {"rows": rows, "steps": {"a": 5000, "b": 5000}}
+  got = dict((c, (ok, n)) for c, ok, n in claims.claims({}, fusion))[title]
+  assert got == (True, "RMSE [mm]: mean 2600, weighted_mean 2610, max_confidence 2590, mle 2700")
+  rows["max_confidence"]["rmse"] = 2600.0  # a tie is not a win
+  fusion["steps"] = {"a": 5000, "b": 1000}
+  got = dict((c, (ok, n)) for c, ok, n in claims.claims({}, fusion))[title]
+  assert got == (False, "RMSE [mm]: mean 2600, weighted_mean 2610, max_confidence 2600, mle 2700 "
+                 "(members of mixed lengths: a 5000, b 1000 steps)")
+  assert dict((c, ok) for c, ok, _ in claims.claims({}, None))[title] is None
+
+
 def test_claims_carry_their_spread_over_seeds():
   """The pNCNN claims (b)-(d) say for how many of the 4 seeds of one recipe they hold; the seed table has the runs
   and their mean (sd). Worked by hand: the reference has AUSE 0.2, MAE 500, RMSE 2500."""
