@@ -85,12 +85,10 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
   if fusion:
     rows = fusion["rows"]
     best = min(("weighted_mean", "max_confidence", "mle"), key=lambda r: rows[r]["rmse"])
-    steps = fusion.get("steps") or {}  # the demo's shipped members: each one's training steps
-    mixed = (f" (members of mixed lengths: {', '.join(f'{n} {s}' for n, s in steps.items())} steps)"
-             if len(set(steps.values())) > 1 else "")
     out.append((title, rows[best]["rmse"] < rows["mean"]["rmse"],
                 "RMSE [mm]: " + ", ".join(f"{r} {rows[r]['rmse']:.0f}" for r in
-                                          ("mean", "weighted_mean", "max_confidence", "mle")) + mixed))
+                                          ("mean", "weighted_mean", "max_confidence", "mle"))
+                + _steps_note(fusion.get("steps") or {})))  # the demo's shipped members: each one's steps
   else:
     out.append((title, None, "It needs the four ensemble runs"))
   return out
@@ -107,7 +105,11 @@ def done_group(runs: dict[str, Any], name: str) -> tuple[str, ...]:
 def _lengths_note(runs: dict[str, Any], *names: str) -> str:
   """'; unequal training lengths: `a` 5000 steps, `b` 1000' when the compared runs were trained for different numbers
   of steps (the demo's shipped models can mix scales; a reproduction page never does), else ''."""
-  steps = {n: runs[n].get("step") for n in names}
+  return _steps_note({n: runs[n].get("step") for n in names})
+
+
+def _steps_note(steps: dict[str, Any]) -> str:
+  """_lengths_note of {run: its training steps}."""
   if None in steps.values() or len(set(steps.values())) < 2:
     return ""
   return "; unequal training lengths: " + ", ".join(f"`{n}` {s} steps" for n, s in steps.items())

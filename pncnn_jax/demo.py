@@ -17,6 +17,7 @@ About 6 minutes on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -26,6 +27,13 @@ CONFIG_FILE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "synthet
 FRESH_SEED = 1  # scene seed of the demo's evaluation scenes (reproduce uses 0)
 SHOWN = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn", "pncnn_masked",
          "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
+
+
+@functools.lru_cache(maxsize=None)
+def fresh_scenes(crop: tuple[int, int], scenes: int) -> tuple[dict, ...]:
+  """The demo's `scenes` fresh scenes at `crop`, in batches of 8, rendered once: every model's passes reuse them."""
+  from pncnn_jax import results  # pylint: disable=g-import-not-at-top
+  return tuple(results.scene_batches(crop, scenes, scene_seed=FRESH_SEED))
 
 
 def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
@@ -42,7 +50,7 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
     config = ml_collections.ConfigDict(manifest["config"])
     crop = (config.data.eval_crop_height, config.data.eval_crop_width)
     runs[name] = results.evaluate_model(
-        config, variables, lambda crop=crop: results.scene_batches(crop, scenes, scene_seed=FRESH_SEED),
+        config, variables, lambda crop=crop: iter(fresh_scenes(crop, scenes)),
         panels_path=root / "eval" / f"{name}_panels.npz")
     runs[name].update({"name": name, "step": manifest["step"], "train_wall_s": manifest.get("train_wall_s")})
     m = runs[name]["metrics"]
@@ -57,23 +65,19 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
           "scenes": f"{scenes} fresh scenes (synthetic test split, scene seed {FRESH_SEED})"}
 
 
-def evaluate_shipped_fusion(scenes: int, batch_size: int = 4) -> dict | None:
-  """Members and fusion rules (`ensemble.evaluate_ensemble`) of the shipped 4-run pNCNN ensemble (`paper.ENSEMBLE`)
-  on the fresh scenes, as results.evaluate_fusion measures them on the test scenes; None unless all four are shipped.
-  `steps`: each member's training steps (the claim names mixed lengths)."""
+def evaluate_shipped_fusion(scenes: int) -> dict | None:
+  """Members and fusion rules of the shipped 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the fresh scenes, as
+  results.evaluate_fusion measures them on the test scenes; None unless all four are shipped. `steps`: each member's
+  training steps (the claim names unequal lengths)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import ensemble, paper, pretrained, results  # pylint: disable=g-import-not-at-top
-  if not all(n in pretrained.available("synthetic") for n in paper.ENSEMBLE):
+  from pncnn_jax import paper, pretrained, results  # pylint: disable=g-import-not-at-top
+  if not set(paper.ENSEMBLE) <= set(pretrained.available("synthetic")):
     return None
   t0 = time.time()
   loaded = [pretrained.load(f"synthetic:{n}") for n in paper.ENSEMBLE]
   config = ml_collections.ConfigDict(loaded[0][1]["config"])
   crop = (config.data.eval_crop_height, config.data.eval_crop_width)
-  rows = ensemble.evaluate_ensemble(
-      config_lib.build_model(config), ensemble.stack_trees([v for v, _ in loaded]),
-      results.scene_batches(crop, scenes, scene_seed=FRESH_SEED, batch_size=batch_size),
-      loss_name=config_lib.variant_loss(config))
+  rows = results.fusion_rows(config, [v for v, _ in loaded], iter(fresh_scenes(crop, scenes)))
   print(f"  {'ensemble of ' + str(len(loaded)) + ' pncnn_masked seeds':22s} RMSE mean {rows['mean']['rmse']:.1f} mm, "
         f"MLE {rows['mle']['rmse']:.1f} mm  ({time.time() - t0:.0f} s)", flush=True)
   return {"members": list(paper.ENSEMBLE), "steps": {n: m["step"] for n, (_, m) in zip(paper.ENSEMBLE, loaded)},

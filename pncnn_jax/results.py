@@ -228,14 +228,18 @@ def oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -
 def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
   """Members and fusion rules of the 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the test scenes; `files`:
   {member: shipped files} for members trained in an earlier sitting."""
-  from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
   files = files or {}
   loaded = [load_run(workdir, paper.RUNS_BY_NAME[n], scale, files.get(n)) for n in paper.ENSEMBLE]
-  config, model = loaded[0][0], loaded[0][1]
-  stacked = ensemble.stack_trees([v for _, _, v, _ in loaded])
-  rows = ensemble.evaluate_ensemble(model, stacked, heldout_batches(scale, cache_dir, 4),
-                                    loss_name=config_lib.variant_loss(config))
+  rows = fusion_rows(loaded[0][0], [v for _, _, v, _ in loaded], heldout_batches(scale, cache_dir, 4))
   return {"members": list(paper.ENSEMBLE), "rows": rows}
+
+
+def fusion_rows(config, members: Sequence[Any], batches) -> dict[str, dict[str, float]]:
+  """Every member and fusion rule (`ensemble.evaluate_ensemble`) of `members` (variables of runs trained with
+  `config`, stacked here) on `batches`."""
+  from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
+  return ensemble.evaluate_ensemble(config_lib.build_model(config), ensemble.stack_trees(list(members)), batches,
+                                    loss_name=config_lib.variant_loss(config))
 
 
 def cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:

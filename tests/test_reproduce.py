@@ -352,8 +352,8 @@ def test_fusion_claim_compares_the_best_confidence_rule_with_the_mean_and_names_
   rows["max_confidence"]["rmse"] = 2600.0  # a tie is not a win
   fusion["steps"] = {"a": 5000, "b": 1000}
   got = dict((c, (ok, n)) for c, ok, n in claims.claims({}, fusion))[title]
-  assert got == (False, "RMSE [mm]: mean 2600, weighted_mean 2610, max_confidence 2600, mle 2700 "
-                 "(members of mixed lengths: a 5000, b 1000 steps)")
+  assert got == (False, "RMSE [mm]: mean 2600, weighted_mean 2610, max_confidence 2600, mle 2700; "
+                 "unequal training lengths: `a` 5000 steps, `b` 1000 steps")
   assert dict((c, ok) for c, ok, _ in claims.claims({}, None))[title] is None
 
 
