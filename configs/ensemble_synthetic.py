@@ -3,7 +3,8 @@ r"""An ensemble of pNCNNs on the synthetic scenes (paper Table 3), sized for a C
 The single-model recipe of configs/synthetic.py (variant chosen by the argument, default pncnn) plus an
 `ensemble` block: K members in one vmapped train step (pncnn_jax.train, the loop of single models), member k from seed
 seeds[k] (default seed + k) on its own random subset of the training scenes, then evaluated per member and per
-fusion rule (mean, confidence-weighted mean, max-confidence, MLE).
+fusion rule (mean, confidence-weighted mean, max-confidence, MLE), optionally also after calibrating each member's
+precision scale on another split (`ensemble.calibration_split`, e.g. 'val' with `data.eval_split` = 'test').
 
 Library use (train.py / eval.py dispatch to these when the config has an `ensemble` block):
 
@@ -36,5 +37,8 @@ def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   c.ensemble.mle_variance = 0.1  # v^2 [m^2] of the MLE mixture components (paper supplementary)
   c.ensemble.mle_steps = 500  # Adam steps of the MLE fusion
   c.ensemble.mle_learning_rate = 0.05  # Adam's initial learning rate [m], cosine-decayed to 0
+  # Calibrated fusion: '' = off; else a split (not the evaluation split) on which each member's precision scale
+  # is fitted (pncnn_jax.ensemble.fit_precision_scales); the table then shows every row calibrated as well.
+  c.ensemble.calibration_split = ""
   c.data.synthetic_size = 480  # training scenes (members see subset_fraction of them)
   return c

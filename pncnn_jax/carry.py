@@ -55,10 +55,10 @@ def _copied(row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
   return {**kept, "carried_from": row.get("carried_from") or source}
 
 
-def _here(path: pathlib.Path, fresh_after: float, compute, evaluate: bool) -> dict[str, Any] | None:
+def _here(path: pathlib.Path, fresh_after: float, compute, evaluate: bool, require=()) -> dict[str, Any] | None:
   """What this workdir measures at `path` (evaluate) or measured there before (report only); None if neither."""
   if evaluate:
-    return results.cached(path, fresh_after, compute)
+    return results.cached(path, fresh_after, compute, require)
   return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -118,7 +118,7 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
     if all(n in shipped for n in paper.ENSEMBLE):
       fusion = _here(workdir / "eval" / "ensemble.json", max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
                      lambda: {**results.evaluate_fusion(workdir, scale, cache_dir, shipped), "weights_from": SHIPPED},
-                     evaluate)
+                     evaluate, results.FUSION_KEYS)
     if fusion is None and prior.get("fusion") and prior["fusion"].get("eval_version") == results.EVAL_VERSION:
       fusion = _copied(prior["fusion"], source)
   return fusion

@@ -199,6 +199,12 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
         need(d.get(f"{kind}_crop_{dim}") <= limit, f"data.{kind}_crop_{dim}",
              f"<= {limit}: the {kind} crop {d[f'{kind}_crop_height']}x{d[f'{kind}_crop_width']} does not fit in the "
              f"{frame[0]}x{frame[1]} frames of {d.dataset}/{d.get(f'{kind}_split')}")
+  split = config.get("ensemble", {}).get("calibration_split", "")
+  if split:  # calibrated fusion: scales fitted on a split the evaluation does not use
+    splits = data.pipeline.SPLITS.get(d.dataset, ())
+    need(split in splits and split != d.eval_split, "ensemble.calibration_split",
+         f"'' (off) or a split of {d.dataset} other than data.eval_split={d.eval_split!r} (one of "
+         f"{[s for s in splits if s != d.eval_split]})")
 
 
 # --------------------------------------------------------------------------------------------------------------

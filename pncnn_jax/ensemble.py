@@ -10,18 +10,7 @@ pNCNN, docs/SPEC.md §6). Fusion rules are pure jnp functions of those two array
 
 The fusion rules are `pncnn_jax.fusion` (re-exported here).
 
-Training (`pncnn_jax.train.train_and_evaluate` of a config with an `ensemble` block, the single-model loop). One
-`TrainState` whose params / opt_state / batch_stats / step have the leading K axis; one jitted step vmaps
-`train_step` over the members, each on its own batch (K, B, H, W, 1): member k is trained exactly as a single
-model would be on its own data stream (test_ensemble checks this). Data parallel as the single model: the batch
-axis is sharded over the mesh axis 'data', the member axis and the state replicated.
-
-Member data streams (`member_example_indices`). With N training examples (of this host's shard) and
-f = `subset_fraction`, member k draws its subset S_k: round(f N) distinct indices chosen uniformly without
-replacement by `np.random.default_rng([seed_k, 0])`. It iterates S_k in epochs of floor(|S_k| / B) batches
-(remainder dropped), in the order of a fresh permutation per epoch from `np.random.default_rng([seed_k, 1,
-epoch])`. So the stream is a pure function of (seed_k, step): resuming needs only the step. Random crops differ
-per epoch (the example is read at position index + (epoch mod E) N of an E-epoch unshuffled dataset).
+Training (member data streams, the stacked state, the vmapped step) is `pncnn_jax.ensemble_train`.
 """
 
 from __future__ import annotations
@@ -32,20 +21,17 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from pncnn_jax import config as config_lib
 from pncnn_jax import data, evaluate, loader, losses, models
 from pncnn_jax import metrics as metrics_lib
-from pncnn_jax import train_step as ts
 from pncnn_jax.fusion import (DEFAULT_MLE_LR, DEFAULT_MLE_STEPS, DEFAULT_MLE_VARIANCE, FUSION_RULES,  # noqa: F401
-                              confidence_weights, fuse, fuse_max_confidence, fuse_mean, fuse_mle,
+                              calibration_sums, confidence_weights, fuse, fuse_max_confidence, fuse_mean, fuse_mle,
                               fuse_weighted_mean, fused_variance, mixture_log_density, mixture_moments,
-                              _mixture_terms)
+                              precision_scales, _mixture_terms)
 
 Array = jax.Array
 PyTree = Any
@@ -124,7 +110,7 @@ def member_map(fn: Callable, method: str = "auto") -> Callable:
   """Maps `fn` over the leading member axis of all its arguments: `jax.vmap`, or `jax.lax.map` (a loop over the
   members inside one compiled program). 'auto' is 'map' on CPU and 'vmap' elsewhere: for inference, vmapping over
   convolution kernels makes XLA emit grouped convolutions, ~3x slower than K plain ones on CPU. For training use
-  'vmap' (the default of `ensemble_train_step`): on CPU a train step inside lax.map ran ~10x slower than vmap
+  'vmap' (the default of `ensemble_train.ensemble_train_step`): on CPU a train step inside lax.map ran ~10x slower than vmap
   (docs/BENCHMARKS.md)."""
   if method == "auto":
     method = "map" if jax.default_backend() == "cpu" else "vmap"
@@ -158,6 +144,50 @@ def apply_ensemble(model, variables: PyTree, sparse: Array, *, per_member: bool 
 # Evaluation: each member and each fusion rule side by side (paper Table 3).
 
 
+def _member_precision(model, variables: PyTree, sparse: Array, loss_name: str) -> tuple[Array, Array]:
+  """(depth, precision) of every member, each (K, B, H, W, 1): the precision by the members' loss
+  (`losses.precision_of`), the NConv confidence itself for L1/L2 models (fine for weights, not for AUCE)."""
+  out = apply_ensemble(model, variables, sparse)
+  prec = losses.precision_of(out.confidence, loss_name)
+  return out.depth, (out.confidence if prec is None else prec)
+
+
+@functools.lru_cache(maxsize=8)
+def _make_calibration_fn(model, loss_name: str):
+  return jax.jit(lambda variables, sparse, target: calibration_sums(
+      *_member_precision(model, variables, sparse, loss_name), target))
+
+
+def fit_precision_scales(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
+                         max_batches: int = -1) -> np.ndarray:
+  """Per-member precision scales s_k = N / sum_i c_ki (t_i - mu_ki)^2 fitted on `batches` (`fusion.precision_scales`,
+  the maximum-likelihood scale of each member's Gaussian).
+
+  Fit them on scenes the evaluation does not use (a validation split), then pass them to `evaluate_ensemble` or
+  multiply the members' precisions by them before `fusion.fuse`. Members trained apart can disagree on the scale
+  of their precision (one over-confident member then wins most max-confidence picks); s_k < 1 marks a member
+  that claims more precision than it earns.
+
+  Args:
+    model, variables: the common module and stacked variables, leaves (K, ...).
+    batches: dicts with (B, H, W, 1) `sparse` and `target` [m]. loss_name: the members' training loss.
+    max_batches: stop after this many batches (-1: all).
+
+  Returns:
+    (K,) float64 scales.
+  """
+  fn = _make_calibration_fn(model, loss_name)
+  sums, count = np.zeros(ensemble_size(variables), np.float64), 0
+  for i, batch in enumerate(batches):
+    if 0 <= max_batches <= i:
+      break
+    sparse, target = evaluate.batch_arrays(batch, i)
+    s, n = jax.device_get(fn(variables, sparse, target))
+    sums += np.asarray(s, np.float64)
+    count += int(n)
+  return precision_scales(sums, count)
+
+
 @dataclasses.dataclass(frozen=True)
 class MLEOptions:
   """Settings of `fuse_mle` (hashable, so that a jitted evaluation can be cached per setting)."""
@@ -167,14 +197,18 @@ class MLEOptions:
   learning_rate: float = DEFAULT_MLE_LR  # Adam's initial learning rate [m]
 
 
+CALIBRATED = " (calibrated)"  # suffix of the rows fused from scaled precisions (`evaluate_ensemble(precision_scales=)`)
+
+
 @functools.lru_cache(maxsize=8)
 def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[str, ...],
-                          mle: MLEOptions = MLEOptions()):
-  """jit(variables, sparse, target) -> {row name: (depth, precision, per-image metrics)}.
+                          mle: MLEOptions = MLEOptions(), calibrated: bool = False):
+  """jit(variables, sparse, target, scales) -> {row name: (depth, precision, per-image metrics)}.
 
-  Rows: 'member k' (its depth and precision by its loss's rule, `losses.precision_of`; the NConv confidence itself
-  for L1/L2 models, fine for weights, not for AUCE) for every member, then every rule of `rules` (fused depth
-  and 1 / `fused_variance`). Metrics per image, KITTI (mm, 1/km) or NYU (m), as `metrics.kitti_metrics`.
+  Rows: 'member k' (its depth and precision by its loss's rule, `_member_precision`) for every member, then every
+  rule of `rules` (fused depth and 1 / `fused_variance`). With `calibrated`, the same rows again with every
+  member's precision times scales[k] (`fit_precision_scales`), named with the suffix `CALIBRATED`; `scales` (K,)
+  is unused otherwise. Metrics per image, KITTI (mm, 1/km) or NYU (m), as `metrics.kitti_metrics`.
   """
   if metric_set not in ("kitti", "nyu"):
     raise ValueError(f"metric_set must be 'kitti' or 'nyu', got {metric_set!r}")
@@ -183,14 +217,18 @@ def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[s
     raise ValueError(f"unknown fusion rules {bad}; expected some of {FUSION_RULES}")
   metric_fn = metrics_lib.kitti_metrics if metric_set == "kitti" else metrics_lib.nyu_metrics
 
-  @jax.jit
-  def fn(variables, sparse, target):
-    out = apply_ensemble(model, variables, sparse)
-    prec = losses.precision_of(out.confidence, loss_name)
-    prec = out.confidence if prec is None else prec
-    rows = {f"member {k}": (out.depth[k], prec[k]) for k in range(out.depth.shape[0])}
+  def table(depth, prec, suffix):
+    rows = {f"member {k}{suffix}": (depth[k], prec[k]) for k in range(depth.shape[0])}
     for r in rules:
-      rows[r] = fuse(out.depth, prec, r, variance=mle.variance, steps=mle.steps, learning_rate=mle.learning_rate)
+      rows[r + suffix] = fuse(depth, prec, r, variance=mle.variance, steps=mle.steps, learning_rate=mle.learning_rate)
+    return rows
+
+  @jax.jit
+  def fn(variables, sparse, target, scales):
+    depth, prec = _member_precision(model, variables, sparse, loss_name)
+    rows = table(depth, prec, "")
+    if calibrated:
+      rows.update(table(depth, prec * scales.astype(prec.dtype)[:, None, None, None, None], CALIBRATED))
     return {name: (d, c, metric_fn(d, target)) for name, (d, c) in rows.items()}
 
   return fn
@@ -198,7 +236,8 @@ def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[s
 
 def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
                       metric_set: str = "kitti", rules: Sequence[str] = FUSION_RULES, mle: MLEOptions = MLEOptions(),
-                      max_batches: int = -1) -> dict[str, dict[str, float]]:
+                      max_batches: int = -1, precision_scales: Sequence[float] | None = None
+                      ) -> dict[str, dict[str, float]]:
   """Evaluates every member and every fusion rule on `batches` (paper Table 3).
 
   Error metrics are split means of per-image values (docs/SPEC.md §7.3); AUSE (both definitions, docs/SPEC.md
@@ -213,22 +252,34 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
     loss_name: the members' training loss (decides their precision, `losses.precision_of`).
     metric_set: 'kitti' or 'nyu'. rules: fusion rules to report. mle: `fuse_mle` settings.
     max_batches: stop after this many batches (-1: all).
+    precision_scales: (K,) factors on the members' precisions (calibrated fusion: `fit_precision_scales` on other
+      scenes). Given, every row comes again with the suffix `CALIBRATED`, computed from the scaled precisions:
+      they change the rules that weigh or pick members and every NLL / AUCE, never a member's depth (nor
+      its AUSE, a ranking, but for the float32 rounding of near-ties).
 
   Returns:
-    {row name: flat dict of metrics}, rows 'member 0', ..., then the rules in order; print it with
+    {row name: flat dict of metrics}, rows 'member 0', ..., then the rules in order (then the calibrated rows,
+    in the same order); print it with
     `pncnn_jax.evaluate.format_table(rows, metric_set, header="member / fusion")`.
   """
-  fn = make_ensemble_eval_fn(model, loss_name, metric_set, tuple(rules), mle)
+  fn = make_ensemble_eval_fn(model, loss_name, metric_set, tuple(rules), mle, precision_scales is not None)
+  k = ensemble_size(variables)
+  scales = np.ones(k, np.float32) if precision_scales is None else np.asarray(precision_scales, np.float32)
+  if scales.shape != (k,) or not np.all(np.isfinite(scales) & (scales > 0)):
+    raise ValueError(f"evaluate_ensemble: precision_scales must be {k} finite values > 0 (one per member), got "
+                     f"{np.asarray(precision_scales).tolist()}")
   probabilistic = loss_name in losses.PROBABILISTIC_LOSSES
   means: dict[str, metrics_lib.MeanAccumulator] = {}
   uncs: dict[str, metrics_lib.UncertaintyAccumulator] = {}
-  names = [f"member {k}" for k in range(ensemble_size(variables))] + list(rules)
+  names = [f"member {m}" for m in range(k)] + list(rules)
+  if precision_scales is not None:
+    names += [n + CALIBRATED for n in names]
   num_images = 0
   for i, batch in enumerate(batches):
     if 0 <= max_batches <= i:
       break
     sparse, target = evaluate.batch_arrays(batch, i)
-    out = jax.device_get(fn(variables, sparse, target))
+    out = jax.device_get(fn(variables, sparse, target, scales))
     for name in names:
       d, c, per_image = out[name]
       means.setdefault(name, metrics_lib.MeanAccumulator()).update(per_image)
@@ -246,80 +297,6 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
 
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Training: member data streams, the stacked state and the vmapped step (the loop is pncnn_jax.train).
-
-_CROP_EPOCHS = 1000  # distinct random-crop epochs of the base dataset (epoch e reads crop epoch e mod 1000)
-
-
-def member_subset(num_examples: int, fraction: float, seed: int) -> np.ndarray:
-  """The sorted example indices of one member's training subset: round(fraction N) (at least 1) distinct indices
-  drawn uniformly by `np.random.default_rng([seed, 0])` (see the module docstring)."""
-  if not 0.0 < fraction <= 1.0:
-    raise ValueError(f"subset_fraction must be in (0, 1], got {fraction}")
-  m = max(1, int(round(fraction * num_examples)))
-  return np.sort(np.random.default_rng([seed, 0]).choice(num_examples, m, replace=False))
-
-
-def member_example_indices(subset: np.ndarray, seed: int, step: int, batch_size: int) -> tuple[np.ndarray, int]:
-  """(the B example indices member `seed` trains on at `step`, its epoch over the subset): batch
-  step mod floor(|S| / B) of the epoch's permutation `np.random.default_rng([seed, 1, epoch])` of the subset."""
-  per_epoch = len(subset) // batch_size
-  if per_epoch < 1:
-    raise ValueError(f"a member's subset has {len(subset)} examples, fewer than one batch ({batch_size}): raise "
-                     "ensemble.subset_fraction or the training set size")
-  epoch, j = divmod(int(step), per_epoch)
-  perm = np.random.default_rng([seed, 1, epoch]).permutation(len(subset))
-  return subset[perm[j * batch_size:(j + 1) * batch_size]], epoch
-
-
-class MemberBatches:
-  """Random access to the ensemble's training batches: `batches[step]` = {'sparse', 'target'}, (K, B, H, W, 1).
-
-  Member k reads `member_example_indices(subsets[k], seeds[k], step, B)` from the unshuffled training dataset
-  described by `data_config` (a `pncnn_jax.data.make_dataset` config; its batch size, shuffle and epochs are
-  replaced). `iterator(start, stop)` prefetches with grain threads.
-  """
-
-  def __init__(self, data_config: Mapping[str, Any], seeds: Sequence[int], fraction: float, batch_size: int):
-    single = {**dict(data_config), "batch_size": 1, "shuffle": False, "drop_remainder": False}
-    self.num_examples = len(data.make_dataset({**single, "num_epochs": 1}))
-    self._base = data.make_dataset({**single, "num_epochs": _CROP_EPOCHS})
-    self.seeds, self.batch_size = [int(s) for s in seeds], int(batch_size)
-    self.subsets = [member_subset(self.num_examples, fraction, s) for s in self.seeds]
-    self._threads = int(data_config.get("num_threads", 2))
-
-  def indices(self, step: int) -> np.ndarray:
-    """(K, B) positions in the base dataset read at `step` (example index + (epoch mod E) N)."""
-    rows = []
-    for sub, seed in zip(self.subsets, self.seeds):
-      idx, epoch = member_example_indices(sub, seed, step, self.batch_size)
-      rows.append(idx + (epoch % _CROP_EPOCHS) * self.num_examples)
-    return np.stack(rows)
-
-  def __getitem__(self, step: int) -> dict[str, np.ndarray]:
-    ex = [[self._base[int(i)] for i in row] for row in self.indices(step)]
-    return {k: np.stack([np.concatenate([e[k] for e in row]) for row in ex]) for k in ("sparse", "target")}
-
-  def iterator(self, start: int, stop: int):
-    ds = grain.MapDataset.range(start, stop).map(self.__getitem__)
-    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=self._threads, prefetch_buffer_size=4)))
-
-
-def create_ensemble_state(model, variables: PyTree, tx: optax.GradientTransformation) -> ts.TrainState:
-  """A TrainState whose step (K,), params, opt_state (vmapped `tx.init`) and batch_stats lead with K."""
-  k = ensemble_size(variables)
-  return ts.TrainState(step=jnp.zeros((k,), jnp.int32), apply_fn=model.apply, params=variables["params"], tx=tx,
-                       opt_state=jax.vmap(tx.init)(variables["params"]),
-                       batch_stats=variables.get("batch_stats", {}))
-
-
-def ensemble_train_step(state: ts.TrainState, batch: Mapping[str, Array], *, loss_name: str, method: str = "vmap"):
-  """`train_step` mapped over the members (`member_map`: vmap or lax.map): state leaves (K, ...), batch
-  (K, B, H, W, 1) -> (state, metrics (K,)). Member k's result is exactly `train_step` on its own state and batch."""
-  return member_map(functools.partial(ts.train_step, loss_name=loss_name), method)(state, dict(batch))
-
-
 def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLike | Sequence[str],
                              step: int | str = "latest", *, allow_mismatch: bool = False
                              ) -> dict[str, dict[str, float]]:
@@ -331,6 +308,9 @@ def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLi
     step: for workdirs: an int, 'latest' or 'best'.
     allow_mismatch: use checkpoints trained as something else than `config` says (`config.identity`: dataset,
       variant, loss, input scaling) with a warning; refused otherwise (`config.IdentityMismatchError`).
+
+  With `config.ensemble.calibration_split` set, the members' precision scales are first fitted on that split
+  (`fit_precision_scales`, evaluation crops) and the table gets the calibrated rows too (`evaluate_ensemble`).
   """
   if isinstance(variables_or_path, (str, os.PathLike)) or (
       isinstance(variables_or_path, Sequence) and not isinstance(variables_or_path, Mapping)):
@@ -339,11 +319,16 @@ def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLi
   else:
     variables = {k: v for k, v in variables_or_path.items() if k in ("params", "batch_stats")}
   e = config.ensemble
-  batches = data.make_iterator(config_lib.data_config(config, "eval", batch_size=max(1, config.eval_batch_size),
-                                                      num_epochs=1))
-  return evaluate_ensemble(config_lib.build_model(config), variables, batches,
-                           loss_name=config_lib.variant_loss(config),
+  eval_data = config_lib.data_config(config, "eval", batch_size=max(1, config.eval_batch_size), num_epochs=1)
+  model, loss_name = config_lib.build_model(config), config_lib.variant_loss(config)
+  scales = None
+  split = e.get("calibration_split", "")
+  if split:  # calibrated fusion: per-member precision scales fitted on another split
+    scales = fit_precision_scales(model, variables, data.make_iterator({**eval_data, "split": split}),
+                                  loss_name=loss_name)
+    print(f"precision scales fitted on split {split!r}: " + ", ".join(f"{s:.3g}" for s in scales), flush=True)
+  return evaluate_ensemble(model, variables, data.make_iterator(eval_data), loss_name=loss_name,
                            metric_set=config.metrics, rules=tuple(e.rules),
                            mle=MLEOptions(float(e.mle_variance), int(e.mle_steps), float(e.mle_learning_rate)),
-                           max_batches=config.num_eval_batches)
+                           max_batches=config.num_eval_batches, precision_scales=scales)
 

@@ -5,6 +5,10 @@ precision from each member's `ModelOutput.confidence` by its loss's rule, `losse
 a pure jnp function returning (B, H, W, 1): the mean, the confidence-weighted mean, the most confident member,
 or the maximum-likelihood (MLE) estimate of a mixture built from the members' confidences; `fuse` adds the
 fused precision 1 / (expected squared error under the mixture).
+
+Members trained apart need not state their precisions on one scale. `calibration_sums` / `precision_scales` fit a
+scale s_k per member by maximum likelihood on held-out pixels; fusing s_k c_k instead of c_k is the calibrated
+fusion of `pncnn_jax.ensemble.evaluate_ensemble(precision_scales=...)`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 Array = jax.Array
@@ -168,6 +173,57 @@ def fused_variance(depth: Array, precision: Array, fused: Array, *, weighting: s
   c = jnp.maximum(precision, 0.0)
   alea = jnp.where(w > 0, w / c, 0.0)  # w/0 = inf for a member that counts; 0 for one that does not
   return jnp.sum(alea + w * jnp.square(depth - fused[None]), axis=0)
+
+
+def calibration_sums(depth: Array, precision: Array, target: Array) -> tuple[Array, Array]:
+  """Sufficient statistics of per-member precision scales: sum_i c_ki (t_i - mu_ki)^2 per member, and N.
+
+  Sums run over the N valid pixels of `target` (t > 0, as every metric here). Add them over held-out batches and
+  pass the totals to `precision_scales`.
+
+  Args:
+    depth, precision: (K, B, H, W, 1) member means [m] and precisions [1/m^2]. target: (B, H, W, 1) [m].
+
+  Returns:
+    ((K,) float32 sums [1], () int32 N).
+  """
+  _check_members("calibration_sums", depth, precision)
+  if target.shape != depth.shape[1:]:
+    raise ValueError(f"calibration_sums: target must be (B, H, W, 1) = {tuple(depth.shape[1:])}, got "
+                     f"{tuple(target.shape)}")
+  valid = target > 0
+  r2 = jnp.where(valid[None], jnp.maximum(precision, 0.0) * jnp.square(depth - jnp.where(valid, target, 0.0)[None]),
+                 0.0)
+  return jnp.sum(r2, axis=(1, 2, 3, 4)), jnp.sum(valid, dtype=jnp.int32)
+
+
+def precision_scales(sums, count) -> np.ndarray:
+  """Maximum-likelihood scale s_k of each member's precision, from `calibration_sums` totals.
+
+  Member k's Gaussian N(t; mu_k, 1 / (s_k c_k)) has log-likelihood sum_i 0.5 log(s_k c_ki) - 0.5 s_k c_ki
+  (t_i - mu_ki)^2 + const over the N valid pixels, maximal at
+
+      s_k = N / sum_i c_ki (t_i - mu_ki)^2.
+
+  s_k < 1: member k claims more precision than it earns (over-confident). Scaled precisions s_k c_k make the
+  members' confidences comparable, which the rules that weigh or pick members (weighted mean, max-confidence,
+  MLE) rely on; the plain mean ignores them.
+
+  Returns:
+    (K,) float64 scales.
+
+  Raises:
+    ValueError: no valid pixel, or a member whose sum is 0 or not finite.
+  """
+  sums, count = np.asarray(sums, np.float64), int(count)
+  if count <= 0:
+    raise ValueError("precision_scales: the calibration batches have no valid target pixel (target > 0)")
+  bad = [k for k, v in enumerate(sums) if not (np.isfinite(v) and v > 0)]
+  if bad:
+    raise ValueError(f"precision_scales: members {bad} have a weighted squared error sum of "
+                     f"{[float(sums[k]) for k in bad]} on the calibration pixels (needs finite and > 0: a member "
+                     f"with infinite precision, or one with none anywhere, cannot be calibrated)")
+  return count / sums
 
 
 FUSION_RULES = ("mean", "weighted_mean", "max_confidence", "mle")

@@ -225,28 +225,41 @@ def oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -
   return out
 
 
+FUSION_KEYS = ("members", "rows", "precision_scales")  # what a fusion table of this code holds (cached ones too)
+
+
 def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
-  """Members and fusion rules of the 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the test scenes; `files`:
-  {member: shipped files} for members trained in an earlier sitting."""
+  """Members and fusion rules of the 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the test scenes, as trained and
+  calibrated (each member's precision scale fitted on the validation scenes, `ensemble.fit_precision_scales`);
+  `files`: {member: shipped files} for members trained in an earlier sitting."""
+  from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
   files = files or {}
   loaded = [load_run(workdir, paper.RUNS_BY_NAME[n], scale, files.get(n)) for n in paper.ENSEMBLE]
-  rows = fusion_rows(loaded[0][0], [v for _, _, v, _ in loaded], heldout_batches(scale, cache_dir, 4))
-  return {"members": list(paper.ENSEMBLE), "rows": rows}
+  config, members = loaded[0][0], [v for _, _, v, _ in loaded]
+  s = paper.SCALES[scale]
+  scales = ensemble.fit_precision_scales(
+      config_lib.build_model(config), ensemble.stack_trees(members),
+      scene_batches(s["eval_crop"], s["val_scenes"], split="val", cache_dir=cache_dir, batch_size=4),
+      loss_name=config_lib.variant_loss(config))
+  rows = fusion_rows(config, members, heldout_batches(scale, cache_dir, 4), precision_scales=scales)
+  return {"members": list(paper.ENSEMBLE), "rows": rows, "precision_scales": scales.tolist(),
+          "calibrated_on": f"the {s['val_scenes']} validation scenes"}
 
 
-def fusion_rows(config, members: Sequence[Any], batches) -> dict[str, dict[str, float]]:
+def fusion_rows(config, members: Sequence[Any], batches, precision_scales=None) -> dict[str, dict[str, float]]:
   """Every member and fusion rule (`ensemble.evaluate_ensemble`) of `members` (variables of runs trained with
-  `config`, stacked here) on `batches`."""
+  `config`, stacked here) on `batches`; with `precision_scales` the calibrated rows too."""
   from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
   return ensemble.evaluate_ensemble(config_lib.build_model(config), ensemble.stack_trees(list(members)), batches,
-                                    loss_name=config_lib.variant_loss(config))
+                                    loss_name=config_lib.variant_loss(config), precision_scales=precision_scales)
 
 
-def cached(path: pathlib.Path, fresh_after: float, compute) -> dict[str, Any]:
-  """The evaluation at `path` if written after `fresh_after` by this EVAL_VERSION, else compute() written there."""
+def cached(path: pathlib.Path, fresh_after: float, compute, require: Sequence[str] = ()) -> dict[str, Any]:
+  """The evaluation at `path` if written after `fresh_after` by this EVAL_VERSION and holding the keys `require`
+  (what a newer evaluation added), else compute() written there."""
   if path.exists() and path.stat().st_mtime >= fresh_after:
     value = json.loads(path.read_text())
-    if value.get("eval_version") == EVAL_VERSION:
+    if value.get("eval_version") == EVAL_VERSION and all(k in value for k in require):
       return value
   value = {**compute(), "eval_version": EVAL_VERSION}
   tmp = path.with_suffix(".tmp")
@@ -298,7 +311,7 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
     path = workdir / "eval" / "ensemble.json"
     newest = max(_last_checkpoint_time(workdir, paper.RUNS_BY_NAME[n]) for n in paper.ENSEMBLE)
     if evaluate or path.exists():
-      fusion = cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir))
+      fusion = cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir), require=FUSION_KEYS)
   summary = {"scale": scale, "recipe": paper.SCALES[scale], "runs": evals, "fusion": fusion,
              "scenes": f"{paper.SCALES[scale]['test_scenes']} held-out test scenes",
              "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),

@@ -5,8 +5,8 @@ global batch sharded on the mesh axis 'data', the TrainState replicated. Under `
 statistics are means over the global batch, so the result does not depend on the device count.
 
 A config with an `ensemble` block (configs/ensemble_synthetic.py) trains K members in the same loop: the state
-carries a leading member axis, the step is `ensemble.ensemble_train_step` (the single-model step vmapped over
-the members), and the batches come from `ensemble.MemberBatches` (member k on its own subset); validation
+carries a leading member axis, the step is `ensemble_train.ensemble_train_step` (the single-model step vmapped over
+the members), and the batches come from `ensemble_train.MemberBatches` (member k on its own subset); validation
 evaluates every member and fusion rule, and the best checkpoint is the one with the lowest validation RMSE of
 `config.ensemble.select_rule`.
 
@@ -46,8 +46,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import checkpointing, compile_cache, data, ensemble, evaluate, models, prng, run_files, sharding
-from pncnn_jax import config as config_lib
+from pncnn_jax import checkpointing, compile_cache, data, ensemble, ensemble_train, evaluate, models, prng
+from pncnn_jax import config as config_lib, run_files, sharding
 from pncnn_jax import train_step as ts
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def init_ensemble_state(config: ml_collections.ConfigDict, steps_per_epoch: int)
   model = config_lib.build_model(config)
   hw = (config.data.train_crop_height, config.data.train_crop_width)
   variables = ensemble.init_ensemble(model, config_lib.member_seeds(config), hw)
-  return ensemble.create_ensemble_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
+  return ensemble_train.create_ensemble_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -122,8 +122,8 @@ def make_train_steps(loss_name: str, mesh: Mesh):
 
 @functools.lru_cache(maxsize=16)
 def make_ensemble_train_step(loss_name: str, mesh: Mesh, method: str = "vmap"):
-  """`ensemble.ensemble_train_step` jitted for the mesh: member batches (K, B, ...) sharded along B."""
-  return _jit_step(functools.partial(ensemble.ensemble_train_step, loss_name=loss_name, method=method), mesh, 1)
+  """`ensemble_train.ensemble_train_step` jitted for the mesh: member batches (K, B, ...) sharded along B."""
+  return _jit_step(functools.partial(ensemble_train.ensemble_train_step, loss_name=loss_name, method=method), mesh, 1)
 
 
 def next_boundary(done: int, *, every: list[int], last: int) -> int:
@@ -214,7 +214,7 @@ def _ensemble_job(config, mesh: Mesh, spe: int, loss_name: str, workdir: pathlib
   if config_lib.steps_per_call(config) != 1:
     raise ValueError("config.steps_per_call: ensembles run one step per call (-1 or 1)")
   per_host = config.batch_size // jax.process_count()
-  source = ensemble.MemberBatches(config_lib.data_config(config, "train", batch_size=1, num_epochs=1), seeds,
+  source = ensemble_train.MemberBatches(config_lib.data_config(config, "train", batch_size=1, num_epochs=1), seeds,
                                   fraction, per_host)
   total = spe * int(config.num_epochs)
   it = {}

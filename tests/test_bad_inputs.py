@@ -116,6 +116,15 @@ def test_settings_out_of_range(tmp_path, script, override, message):
   assert not wd.exists()
 
 
+def test_calibration_on_the_evaluation_split(tmp_path):
+  """Calibrating the ensemble's precisions on the scenes it is evaluated on would flatter it: refused at start."""
+  check(run("eval.py", "--config=configs/ensemble_synthetic.py:pncnn", f"--workdir={tmp_path / 'wd'}",
+            "--config.ensemble.calibration_split=val"), 2,
+        "error: config.ensemble.calibration_split='val': must be '' (off) or a split of synthetic other than "
+        "data.eval_split='val' (one of ['train', 'test'])")
+  assert not (tmp_path / "wd").exists()
+
+
 def test_eval_crop_outside_the_kitti_frames(tmp_path):
   check(run("eval.py", "--config=configs/kitti.py:ncnn_conf_l1", f"--output={tmp_path / 'o'}",
             "--config.data.eval_crop=center", "--config.data.eval_crop_width=1300"), 2,

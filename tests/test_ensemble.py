@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from pncnn_jax import checkpointing, ensemble, models, train
+from pncnn_jax import checkpointing, ensemble, ensemble_train, models, train
 from pncnn_jax import config as config_lib
 from pncnn_jax import train_step as ts
 
@@ -192,19 +192,19 @@ def _sparse(rng, shape):
 
 
 def test_member_subsets_and_epochs():
-  subs = [ensemble.member_subset(100, 0.3, s) for s in (0, 1)]
+  subs = [ensemble_train.member_subset(100, 0.3, s) for s in (0, 1)]
   assert [len(s) for s in subs] == [30, 30] and not np.array_equal(subs[0], subs[1])
   assert len(np.unique(subs[0])) == 30 and subs[0].max() < 100
-  np.testing.assert_array_equal(subs[0], ensemble.member_subset(100, 0.3, 0))  # a function of the seed
+  np.testing.assert_array_equal(subs[0], ensemble_train.member_subset(100, 0.3, 0))  # a function of the seed
   per_epoch = 30 // 4  # 7 batches, 2 examples dropped per epoch
-  seen = np.concatenate([ensemble.member_example_indices(subs[0], 0, s, 4)[0] for s in range(per_epoch)])
+  seen = np.concatenate([ensemble_train.member_example_indices(subs[0], 0, s, 4)[0] for s in range(per_epoch)])
   assert len(np.unique(seen)) == 28 and set(seen) <= set(subs[0])  # one epoch: distinct examples of the subset
-  idx, epoch = ensemble.member_example_indices(subs[0], 0, per_epoch, 4)
+  idx, epoch = ensemble_train.member_example_indices(subs[0], 0, per_epoch, 4)
   assert epoch == 1 and set(idx) <= set(subs[0])
   with pytest.raises(ValueError, match="fewer than one batch"):
-    ensemble.member_example_indices(subs[0][:3], 0, 0, 4)
+    ensemble_train.member_example_indices(subs[0][:3], 0, 0, 4)
   with pytest.raises(ValueError, match="subset_fraction"):
-    ensemble.member_subset(100, 0.0, 0)
+    ensemble_train.member_subset(100, 0.0, 0)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -218,12 +218,12 @@ def test_ensemble_step_equals_separate_train_steps(method):
   model = models.build_model("ncnn")  # no BatchNorm, but cheap to compile (BatchNorm: the resume test below)
   variables = ensemble.init_ensemble(model, [0, 1], (32, 64))
   tx = optax.sgd(0.01)
-  state = ensemble.create_ensemble_state(model, variables, tx)
+  state = ensemble_train.create_ensemble_state(model, variables, tx)
   rng = np.random.default_rng(1)
   target = rng.uniform(2, 40, (2, 2, 32, 64, 1)).astype(np.float32)
   sparse = np.where(rng.random(target.shape) < 0.2, target, 0).astype(np.float32)
   batch = {"sparse": sparse, "target": np.where(rng.random(target.shape) < 0.5, target, 0).astype(np.float32)}
-  new, m = jax.jit(functools.partial(ensemble.ensemble_train_step, loss_name="masked_l1", method=method))(
+  new, m = jax.jit(functools.partial(ensemble_train.ensemble_train_step, loss_name="masked_l1", method=method))(
       state, batch)
   assert m["loss"].shape == (2,) and np.all(np.asarray(new.step) == 1)
   step = jax.jit(functools.partial(ts.train_step, loss_name="masked_l1"))
@@ -299,3 +299,80 @@ def test_train_ensemble_refuses_a_workdir_of_another_variant(tmp_path):
                                  ":ncnn")
   with pytest.raises(ValueError, match=f"holds a run of variant '{SMALL_VARIANT}', but config.variant is 'ncnn'"):
     train.train_and_evaluate(other, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Calibrated fusion: per-member precision scales.
+
+
+def test_precision_scales_are_each_members_maximum_likelihood_scale():
+  target = jnp.asarray([2.0, 4.0, 6.0, 0.0])[None, None, :, None]  # the last pixel has no ground truth
+  mu = members([3.0, 4.0, 4.0, 99.0], [2.5, 4.5, 6.5, -5.0])  # residuals (1, 0, -2) and (0.5, 0.5, 0.5)
+  c = members([2.0, 1.0, 0.5, 7.0], [4.0, 4.0, 4.0, 1e9])
+  sums, count = jax.device_get(ensemble.calibration_sums(mu, c, target))
+  np.testing.assert_allclose(sums, [2.0 + 0.0 + 2.0, 3 * 4.0 * 0.25])  # sum c r^2 over the valid pixels only
+  assert count == 3
+  scales = ensemble.precision_scales(sums, count)
+  np.testing.assert_allclose(scales, [3 / 4.0, 3 / 3.0])
+  for k in range(2):  # the Gaussian log-likelihood of s * c_k is largest at s_k
+    r2, ck = np.square(np.asarray(mu[k] - target)).ravel()[:3], np.asarray(c[k]).ravel()[:3]
+    loglik = lambda s, r2=r2, ck=ck: np.sum(0.5 * np.log(s * ck) - 0.5 * s * ck * r2)
+    assert loglik(scales[k]) > max(loglik(0.9 * scales[k]), loglik(1.1 * scales[k]))
+
+
+def test_precision_scales_refuse_what_cannot_be_calibrated():
+  with pytest.raises(ValueError, match="no valid target pixel"):
+    ensemble.precision_scales([1.0, 2.0], 0)
+  with pytest.raises(ValueError, match=r"members \[0, 2\] have a weighted squared error sum of \[0.0, inf\]"):
+    ensemble.precision_scales([0.0, 2.0, np.inf], 10)
+  with pytest.raises(ValueError, match="target must be"):
+    ensemble.calibration_sums(members([1.0, 2.0]), members([1.0, 1.0]), jnp.ones((1, 1, 3, 1)))
+
+
+def test_calibrated_rows_rescale_the_precisions_and_nothing_else():
+  model = models.build_model(SMALL_VARIANT)
+  loss_name = models.VARIANTS[SMALL_VARIANT].loss
+  stacked = ensemble.init_ensemble(model, [3, 7], (32, 64))
+  rng = np.random.default_rng(0)
+  batches = [{"sparse": _sparse(rng, (2, 32, 64, 1)), "target": rng.uniform(2, 50, (2, 32, 64, 1)).astype(np.float32)}
+             for _ in range(2)]
+  rules = ("mean", "weighted_mean", "max_confidence")
+  evaluate = functools.partial(ensemble.evaluate_ensemble, model, stacked, loss_name=loss_name, rules=rules)
+  raw = evaluate(batches)
+  assert list(raw) == ["member 0", "member 1", *rules]
+  ones = evaluate(batches, precision_scales=[1.0, 1.0])  # scale 1: the calibrated rows are the raw ones
+  assert list(ones) == list(raw) + [n + ensemble.CALIBRATED for n in raw]
+  for name in raw:
+    assert ones[name] == raw[name] == ones[name + ensemble.CALIBRATED]
+  scales = ensemble.fit_precision_scales(model, stacked, batches, loss_name=loss_name)
+  assert scales.shape == (2,) and np.all(scales > 0) and not np.allclose(scales, 1.0)
+  fitted = evaluate(batches, precision_scales=scales)
+  for k in range(2):  # fitted on these pixels: the maximum-likelihood scale lowers each member's NLL
+    raw_k, cal_k = fitted[f"member {k}"], fitted[f"member {k}" + ensemble.CALIBRATED]
+    assert cal_k["nll"] < raw_k["nll"]
+    for key in ("mae", "rmse", "imae", "irmse"):  # the depth is unchanged
+      assert cal_k[key] == raw_k[key], key
+    for key in ("ause_pncnn", "ause_gustafsson"):  # so is the ranking, but for float32 rounding of near-ties
+      np.testing.assert_allclose(cal_k[key], raw_k[key], rtol=1e-4, err_msg=key)
+  common = evaluate(batches, precision_scales=[2.5, 2.5])  # one scale for all: the same weights and picks
+  for r in rules:
+    for key in ("mae", "rmse"):
+      np.testing.assert_allclose(common[r + ensemble.CALIBRATED][key], raw[r][key], rtol=1e-6)
+  assert fitted["max_confidence" + ensemble.CALIBRATED]["rmse"] != raw["max_confidence"]["rmse"]
+  with pytest.raises(ValueError, match=r"precision_scales must be 2 finite values > 0 \(one per member\)"):
+    evaluate(batches, precision_scales=[1.0, 0.0])
+
+
+def test_ensemble_config_evaluates_calibrated_rows_fitted_on_another_split():
+  config = _tiny_config()
+  config.ensemble.rules = ("mean", "max_confidence")
+  config.ensemble.calibration_split = "train"  # evaluated on 'val'
+  config_lib.check_config(config, training=False)
+  stacked = ensemble.init_ensemble(models.build_model(SMALL_VARIANT), [0, 1], (32, 64))
+  rows = ensemble.evaluate_ensemble_config(config, stacked)
+  names = ["member 0", "member 1", "mean", "max_confidence"]
+  assert list(rows) == names + [n + ensemble.CALIBRATED for n in names]
+  config.ensemble.calibration_split = ""
+  raw = ensemble.evaluate_ensemble_config(config, stacked)
+  assert list(raw) == names and all(raw[n] == rows[n] for n in names)
+  assert rows["member 0" + ensemble.CALIBRATED]["nll"] != raw["member 0"]["nll"]

@@ -357,6 +357,25 @@ def test_fusion_claim_compares_the_best_confidence_rule_with_the_mean_and_names_
   assert dict((c, ok) for c, ok, _ in claims.claims({}, None))[title] is None
 
 
+def test_fusion_table_says_what_its_calibrated_rows_are():
+  """The calibrated rows come with their scales and the RMSE each weighing rule moved by; claim (e) stays on the
+  rules as trained; a table measured before calibration existed gets no paragraph."""
+  from pncnn_jax import claims, report  # pylint: disable=g-import-not-at-top
+  row = lambda rmse: {"mae": 1.0, "rmse": rmse}
+  rows = {"mean": row(2685.0), "weighted_mean": row(2590.0), "max_confidence": row(2749.0), "mle": row(2736.0)}
+  rows |= {"mean (calibrated)": row(2685.0), "weighted_mean (calibrated)": row(2574.0),
+           "max_confidence (calibrated)": row(2704.0), "mle (calibrated)": row(2694.4)}
+  fusion = {"rows": rows, "precision_scales": [1.114, 0.3, 1.01, 0.93], "calibrated_on": "the 32 validation scenes"}
+  text = report._calibration_lines(fusion)[0]  # pylint: disable=protected-access
+  assert "fitted by maximum likelihood on the 32 validation scenes" in text and "s = 1.11, 0.30, 1.01, 0.93." in text
+  assert "(RMSE [mm] as trained -> calibrated: weighted_mean 2590 -> 2574, max_confidence 2749 -> 2704, mle 2736 -> " \
+         "2694)" in text
+  title = "(e) confidence-based fusion beats the plain mean (4-member pNCNN ensemble, RMSE)"
+  rows["weighted_mean"] = row(2700.0)  # as trained, no rule beats the mean; calibrated ones would: (e) does not hold
+  assert dict((c, ok) for c, ok, _ in claims.claims({}, fusion))[title] is False
+  assert report._calibration_lines({"rows": rows}) == []  # pylint: disable=protected-access
+
+
 def test_claims_carry_their_spread_over_seeds():
   """The pNCNN claims (b)-(d) say for how many of the 4 seeds of one recipe they hold; the seed table has the runs
   and their mean (sd). Worked by hand: the reference has AUSE 0.2, MAE 500, RMSE 2500."""

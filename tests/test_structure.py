@@ -26,7 +26,7 @@ LAYERS = [
     ["loader", "fusion", "paper"],
     ["evaluate", "flow_eval"],
     ["ensemble", "predict", "export"],
-    ["train", "results"],
+    ["train", "results", "ensemble_train"],
     ["report", "report_figures", "report_distance", "flow_report", "claims", "carry"],
     ["demo", "reproduce", "flow_reproduce"],
 ]
