@@ -35,6 +35,13 @@ output file landing on an input) is refused with exit status 2 before anything i
 PATH is a pncnn_jax checkpoint (a training workdir -> its best step, a step directory, or a converted model
 directory), a shipped model ('synthetic:pncnn_masked') or an official `.pth.tar` / `.npz`; the variant is read
 from it unless --variant is given.
+
+An ensemble: several PATHs separated by commas (members of one model trained with a probabilistic loss, e.g.
+synthetic:pncnn_masked,synthetic:pncnn_masked_seed1,synthetic:pncnn_masked_seed2,synthetic:pncnn_masked_seed3) are
+run together and fused per pixel by --fusion (default weighted_mean: the precision-weighted mean; also mean,
+max_confidence, mle); <name>_sigma.npy is then the fused sigma, sqrt of the expected squared error under the members'
+mixture (docs/SPEC.md §9). --precision_scales s_1,...,s_K multiplies each member's precision first (calibrated
+fusion, e.g. the scales `pncnn_jax.ensemble.fit_precision_scales` fitted on validation data).
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import evaluate, loader, models, viz
+from pncnn_jax import ensemble, evaluate, fusion, loader, losses, models, viz
+from pncnn_jax import metrics as metrics_lib
 from pncnn_jax.data import io
 
 MULTIPLE = 8  # three 2x2 poolings
@@ -65,6 +73,24 @@ def make_predict_fn(model: models.PNCNN):
   @jax.jit
   def fn(variables, sparse):
     return model.apply(variables, sparse, train=False)
+  return fn
+
+
+def make_fused_predict_fn(model: models.PNCNN, loss_name: str, rule: str, scales=None):
+  """jit(stacked variables, sparse (1, H, W, 1)) -> {'depth': fused depth [m], 'confidence': fused precision
+  [1/m^2]} of an ensemble of `model` (`fusion.fuse` by `rule`, after multiplying member k's precision by scales[k])."""
+  if losses.precision_of(np.ones(1), loss_name) is None:
+    raise ValueError(f"an ensemble needs members with a predicted sigma (a probabilistic loss); these were trained "
+                     f"with {loss_name!r}")
+
+  @jax.jit
+  def fn(variables, sparse):
+    out = ensemble.apply_ensemble(model, variables, sparse)
+    prec = losses.precision_of(out.confidence, loss_name)
+    if scales is not None:
+      prec = prec * jnp.asarray(scales, prec.dtype)[:, None, None, None, None]
+    depth, fused_prec = fusion.fuse(out.depth, prec, rule)
+    return {"depth": depth, "confidence": fused_prec}
   return fn
 
 
@@ -92,7 +118,8 @@ def predict_array(model: models.PNCNN, variables: dict[str, Any], sparse_hw: np.
   padded = pad_to_multiple(sparse_hw, multiple)
   padded = np.pad(padded, ((0, max(0, MULTIPLE - padded.shape[0])), (0, max(0, MULTIPLE - padded.shape[1]))))
   out = fn(variables, jnp.asarray(padded)[None, ..., None])
-  return jax.tree.map(lambda a: np.asarray(a)[0, :h, :w, 0], out)
+  out = jax.tree.map(lambda a: np.asarray(a)[0, :h, :w, 0], out)
+  return models.ModelOutput(out["depth"], out["confidence"], None, None) if isinstance(out, dict) else out
 
 
 # name: (suffixes, metres per stored unit, what it is)
@@ -213,7 +240,7 @@ def write_depth(stem: pathlib.Path, depth_m: np.ndarray, fmt: str, scale: float)
   return path
 
 
-def _predict_one(model, variables, loss, fn, src: pathlib.Path, stem: pathlib.Path, *, multiple: int,
+def _predict_one(model, variables, sigma_fn, fn, src: pathlib.Path, stem: pathlib.Path, *, multiple: int,
                  input_format: str, depth_scale: float | None, output_format: str, title: str) -> str:
   sparse, fmt, scale = read_input(src, input_format, depth_scale)
   out = predict_array(model, variables, sparse, multiple=multiple, predict_fn=fn, name=str(src))
@@ -221,7 +248,7 @@ def _predict_one(model, variables, loss, fn, src: pathlib.Path, stem: pathlib.Pa
   out_scale = scale if out_fmt == fmt else FORMATS[out_fmt][1]
   stem.parent.mkdir(parents=True, exist_ok=True)
   written = write_depth(stem, out.depth, out_fmt, out_scale)
-  sigma = evaluate.sigma_of(out.confidence, loss)
+  sigma = sigma_fn(out.confidence)
   if sigma is not None:
     np.save(f"{stem}_sigma.npy", sigma.astype(np.float32))
   else:
@@ -234,15 +261,46 @@ def _predict_one(model, variables, loss, fn, src: pathlib.Path, stem: pathlib.Pa
   return f"{src} ({fmt}, {scale:g} m per unit, input {span}) -> {written}"
 
 
+def _load_ensemble(names: list[str], variant: str | None, allow_mismatch: bool, rule: str, scales):
+  """(model, stacked variables, sigma_fn, fn, title) of the members `names` (one model, a probabilistic loss)."""
+  if scales is not None and len(scales) != len(names):
+    raise ValueError(f"--precision_scales has {len(scales)} values for {len(names)} checkpoints")
+  if scales is not None and not all(np.isfinite(v) and v > 0 for v in scales):
+    raise ValueError(f"--precision_scales {','.join(map(str, scales))}: every scale must be a finite number > 0")
+  members = [loader.load(n, variant=variant, against="--variant", allow_mismatch=allow_mismatch) for n in names]
+  first = members[0]
+  for name, m in zip(names[1:], members[1:]):
+    if (m.variant, m.loss, m.model_settings) != (first.variant, first.loss, first.model_settings):
+      raise ValueError(f"--checkpoint: the members of an ensemble must be one model; {names[0]} is {first.variant} "
+                       f"(loss {first.loss}, {first.model_settings}), {name} is {m.variant} (loss {m.loss}, "
+                       f"{m.model_settings})")
+  model = first.build_model()
+  fn = make_fused_predict_fn(model, first.loss, rule, scales)
+  title = f"ensemble of {len(names)} {first.variant} fused by {rule}"
+  return model, ensemble.stack_trees([m.variables for m in members]), metrics_lib.sigma_from_precision, fn, title
+
+
 def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: str | None = None,
                   multiple: int = MULTIPLE, allow_mismatch: bool = False, *, input_format: str = "auto",
-                  depth_scale: float | None = None, output_format: str = "same") -> list[str]:
+                  depth_scale: float | None = None, output_format: str = "same", fusion_rule: str | None = None,
+                  precision_scales: list[float] | None = None) -> list[str]:
   """Predicts every input file; returns the messages of the files that failed (empty: all succeeded).
+
+  `checkpoint`: one checkpoint, or several separated by commas (an ensemble, fused by `fusion_rule`, default
+  'weighted_mean', after multiplying member k's precision by `precision_scales[k]`).
 
   Raises ValueError before reading the checkpoint if the outputs could overwrite an input (`check_output`) or a
   setting is out of range. One file that fails (unreadable, unpredictable, unwritable) is reported on stderr and
   skipped.
   """
+  names = [n.strip() for n in str(checkpoint).split(",")]
+  if not all(names):
+    raise ValueError(f"--checkpoint {checkpoint!r}: an empty name between commas")
+  if len(names) == 1 and (fusion_rule is not None or precision_scales is not None):
+    raise ValueError("--fusion and --precision_scales need an ensemble: several --checkpoint paths separated by "
+                     "commas")
+  if fusion_rule is not None and fusion_rule not in fusion.FUSION_RULES:
+    raise ValueError(f"--fusion {fusion_rule!r} is not one of {', '.join(fusion.FUSION_RULES)}")
   if input_format not in INPUT_FORMATS:
     raise ValueError(f"--input_format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
   if output_format not in OUTPUT_FORMATS:
@@ -261,14 +319,18 @@ def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: st
   if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
     raise ValueError(f"--output {output_dir} cannot be created or written: {base} is "
                      + ("a file" if not base.is_dir() else "not writable"))
-  ckpt = loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
-  model, variables, loss = ckpt.build_model(), ckpt.variables, ckpt.loss
-  title = checkpoint if ckpt.variant in str(checkpoint) else f"{ckpt.variant} ({checkpoint})"
-  fn = make_predict_fn(model)
+  if len(names) > 1:
+    model, variables, sigma_fn, fn, title = _load_ensemble(names, variant, allow_mismatch,
+                                                           fusion_rule or "weighted_mean", precision_scales)
+  else:
+    ckpt = loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
+    model, variables, loss = ckpt.build_model(), ckpt.variables, ckpt.loss
+    title = checkpoint if ckpt.variant in str(checkpoint) else f"{ckpt.variant} ({checkpoint})"
+    fn, sigma_fn = make_predict_fn(model), lambda conf: evaluate.sigma_of(conf, loss)
   failures = []
   for src, rel in files:
     try:
-      line = _predict_one(model, variables, loss, fn, src, out_root / rel.with_suffix(""), multiple=multiple,
+      line = _predict_one(model, variables, sigma_fn, fn, src, out_root / rel.with_suffix(""), multiple=multiple,
                           input_format=input_format, depth_scale=depth_scale, output_format=output_format,
                           title=title)
     except Exception as e:  # pylint: disable=broad-except  (one bad file must not stop the batch)
@@ -300,13 +362,25 @@ def main(argv: list[str] | None = None) -> int:
                       help="zero-pad to a multiple of this (1: run at the image's own size, as the reference)")
   parser.add_argument("--allow_mismatch", action="store_true",
                       help="use --variant even where the checkpoint says it was trained as another variant")
+  parser.add_argument("--fusion", default=None,
+                      help=f"an ensemble's fusion rule, one of {', '.join(fusion.FUSION_RULES)} (default "
+                           "weighted_mean)")
+  parser.add_argument("--precision_scales", default=None,
+                      help="an ensemble's per-member precision scales s_1,...,s_K (calibrated fusion)")
   args = parser.parse_args(argv)
   try:
     if args.variant is not None and args.variant not in models.VARIANTS:
       raise ValueError(f"--variant {args.variant!r} is not one of {sorted(models.VARIANTS)}")
+    scales = None
+    if args.precision_scales is not None:
+      try:
+        scales = [float(v) for v in args.precision_scales.split(",")]
+      except ValueError:
+        raise ValueError(f"--precision_scales {args.precision_scales!r}: expected numbers separated by commas, "
+                         "one per --checkpoint") from None
     failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple,
                              args.allow_mismatch, input_format=args.input_format, depth_scale=args.depth_scale,
-                             output_format=args.output_format)
+                             output_format=args.output_format, fusion_rule=args.fusion, precision_scales=scales)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

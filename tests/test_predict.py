@@ -337,3 +337,55 @@ def test_npy_nan_means_no_measurement(pncnn_checkpoint, tmp_path):
   depth, fmt, scale = predict.read_input(tmp_path / "n.npy")
   assert (fmt, scale) == ("npy", 1.0)
   np.testing.assert_array_equal(depth, sparse)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Ensembles: several checkpoints fused per pixel.
+
+
+MEMBERS = ("synthetic:pncnn_masked", "synthetic:pncnn_masked_seed1")
+
+
+@pytest.mark.parametrize("extra, rule, scales", [([], "weighted_mean", (1.0, 1.0)),
+                                                 (["--fusion", "max_confidence", "--precision_scales", "1,0.3"],
+                                                  "max_confidence", (1.0, 0.3))])
+def test_an_ensemble_predicts_its_fused_depth_and_sigma(tmp_path, extra, rule, scales):
+  """The written depth and sigma are `fusion.fuse` of the members' own predictions (precisions scaled first)."""
+  from pncnn_jax import fusion, losses  # pylint: disable=g-import-not-at-top
+  sparse = _eighths((24, 40), seed=5)
+  np.save(tmp_path / "a.npy", sparse)
+  assert predict.main(["--checkpoint", ",".join(MEMBERS), "--input", str(tmp_path / "a.npy"), "--output",
+                       str(tmp_path / "o")] + extra) == 0
+  depths, precs = [], []
+  for name, s in zip(MEMBERS, scales):
+    member = loader.load(name)
+    out = predict.predict_array(member.build_model(), member.variables, sparse)
+    depths.append(out.depth)
+    precs.append(s * losses.precision_of(out.confidence, member.loss))
+  stack = lambda xs: np.stack(xs)[:, None, ..., None]  # noqa: E731  (K, 1, H, W, 1)
+  depth, prec = (np.asarray(a)[0, ..., 0] for a in fusion.fuse(stack(depths), stack(precs).astype(np.float32), rule))
+  np.testing.assert_allclose(np.load(tmp_path / "o" / "a.npy"), depth, rtol=1e-5, atol=1e-4)
+  np.testing.assert_allclose(np.load(tmp_path / "o" / "a_sigma.npy"), 1 / np.sqrt(prec), rtol=1e-4)
+  assert not np.allclose(depths[0], depths[1], atol=1e-2)  # two different members: the fusion is not trivial
+
+
+@pytest.mark.parametrize("checkpoint, extra, message", [
+    ("synthetic:pncnn_masked,synthetic:ncnn", [], "error: --checkpoint: the members of an ensemble must be one "
+     "model; synthetic:pncnn_masked is pncnn (loss gaussian_nll"),
+    ("synthetic:ncnn,synthetic:ncnn", [], "error: an ensemble needs members with a predicted sigma (a probabilistic "
+     "loss); these were trained with 'masked_l1'"),
+    ("synthetic:pncnn_masked", ["--fusion", "mean"], "error: --fusion and --precision_scales need an ensemble"),
+    (",".join(MEMBERS), ["--fusion", "median"], "error: --fusion 'median' is not one of mean, weighted_mean, "
+     "max_confidence, mle"),
+    (",".join(MEMBERS), ["--precision_scales", "1"], "error: --precision_scales has 1 values for 2 checkpoints"),
+    (",".join(MEMBERS), ["--precision_scales", "1,x"], "error: --precision_scales '1,x': expected numbers"),
+    (",".join(MEMBERS), ["--precision_scales", "1,-2"], "every scale must be a finite number > 0"),
+    ("synthetic:pncnn_masked,", [], "an empty name between commas"),
+])
+def test_bad_ensembles_are_one_line_errors(tmp_path, capsys, checkpoint, extra, message):
+  np.save(tmp_path / "a.npy", _eighths())
+  assert predict.main(["--checkpoint", checkpoint, "--input", str(tmp_path / "a.npy"), "--output",
+                       str(tmp_path / "o")] + extra) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and message in err, err
+  assert not (tmp_path / "o").exists()
