@@ -110,8 +110,8 @@ def member_map(fn: Callable, method: str = "auto") -> Callable:
   """Maps `fn` over the leading member axis of all its arguments: `jax.vmap`, or `jax.lax.map` (a loop over the
   members inside one compiled program). 'auto' is 'map' on CPU and 'vmap' elsewhere: for inference, vmapping over
   convolution kernels makes XLA emit grouped convolutions, ~3x slower than K plain ones on CPU. For training use
-  'vmap' (the default of `ensemble_train.ensemble_train_step`): on CPU a train step inside lax.map ran ~10x slower than vmap
-  (docs/BENCHMARKS.md)."""
+  'vmap' (the default of `ensemble_train.ensemble_train_step`): on CPU a train step inside lax.map ran ~10x slower
+  than vmap (docs/BENCHMARKS.md)."""
   if method == "auto":
     method = "map" if jax.default_backend() == "cpu" else "vmap"
   if method == "vmap":
@@ -294,7 +294,6 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
                   "auce": u["auce"] if probabilistic else None, "nll": u["nll"] if probabilistic else None,
                   "num_images": num_images}
   return rows
-
 
 
 def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLike | Sequence[str],

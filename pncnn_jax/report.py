@@ -11,7 +11,7 @@ import pathlib
 from typing import Any
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import flow_report, paper, pretrained, report_distance, report_figures, results
+from pncnn_jax import ensemble, flow_report, paper, pretrained, report_distance, report_figures, results
 from pncnn_jax.run_files import flat_label
 from pncnn_jax.run_files import format_value as _f
 
@@ -254,10 +254,9 @@ def _calibration_lines(fusion: dict[str, Any]) -> list[str]:
   scales = fusion.get("precision_scales")
   if not scales:
     return []
-  rows, suffix = fusion["rows"], " (calibrated)"
-  moved = [f"{r} {rows[r]['rmse']:.0f} -> {rows[r + suffix]['rmse']:.0f}" for r in ("weighted_mean", "max_confidence",
-                                                                                    "mle")
-           if r in rows and r + suffix in rows]
+  rows, cal = fusion["rows"], ensemble.CALIBRATED
+  moved = [f"{r} {rows[r]['rmse']:.0f} -> {rows[r + cal]['rmse']:.0f}"
+           for r in ("weighted_mean", "max_confidence", "mle") if r in rows and r + cal in rows]
   return [f"Rows marked *(calibrated)* fuse each member's precision times a scale s_k fitted by maximum likelihood on "
           f"{fusion.get('calibrated_on', 'the validation scenes')} (`ensemble.fit_precision_scales`: s_k = N / "
           f"sum c_k (t - mu_k)^2; s_k < 1: the member claims more precision than it earns): s = "
