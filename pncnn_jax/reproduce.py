@@ -46,6 +46,7 @@ import pathlib
 import platform
 import subprocess
 import sys
+import threading
 import time
 from typing import Sequence
 
@@ -69,9 +70,8 @@ def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int
     return
   for run in todo:
     print(f"[{run.name}] training ({run.variant}, masked c0={run.masked}, seed {run.seed})", flush=True)
-    t0 = time.time()
-    train.train_and_evaluate(paper.run_config(run, scale, cache_dir), paper.run_dir(workdir, run))
-    _record_time(paper.run_dir(workdir, run), time.time() - t0)
+    with WallClock(paper.run_dir(workdir, run)):
+      train.train_and_evaluate(paper.run_config(run, scale, cache_dir), paper.run_dir(workdir, run))
     _record_device(paper.run_dir(workdir, run))
     paper.write_final_weights(workdir, run, scale)
 
@@ -109,12 +109,39 @@ def _record_device(rundir: pathlib.Path) -> None:
   path.write_text(json.dumps(prior, indent=1) + "\n")
 
 
-def _record_time(rundir: pathlib.Path, seconds: float) -> None:
-  """Adds this sitting's wall time to <run>/wall_time.json (a run may span several sittings)."""
-  path = rundir / "wall_time.json"
-  prior = json.loads(path.read_text()) if path.exists() else {"seconds": 0.0, "sittings": 0}
-  prior = {"seconds": prior["seconds"] + seconds, "sittings": prior["sittings"] + 1}
-  path.write_text(json.dumps(prior) + "\n")
+class WallClock:
+  """Adds this sitting's wall time to <run>/wall_time.json ({"seconds", "sittings"}: a run may span several).
+
+  The file is rewritten (atomically) every `every` seconds while the run trains, and at the end however it ends,
+  so a sitting whose process is killed with its machine keeps its time up to the last tick.
+  """
+
+  def __init__(self, rundir: pathlib.Path, every: float = 60.0):
+    self.path, self.every = rundir / "wall_time.json", every
+    self._stop = threading.Event()
+
+  def _write(self) -> None:
+    value = {"seconds": self._prior["seconds"] + time.time() - self._t0, "sittings": self._prior["sittings"] + 1}
+    tmp = self.path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value) + "\n")
+    tmp.replace(self.path)
+
+  def _tick(self) -> None:
+    while not self._stop.wait(self.every):
+      self._write()
+
+  def __enter__(self) -> "WallClock":
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._prior = json.loads(self.path.read_text()) if self.path.exists() else {"seconds": 0.0, "sittings": 0}
+    self._t0 = time.time()
+    self._thread = threading.Thread(target=self._tick, daemon=True)
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._stop.set()
+    self._thread.join()
+    self._write()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -104,6 +104,26 @@ def test_pretrained_round_trip_and_errors(tmp_path):
     pretrained.save(bad, {}, tmp_path / "synthetic", "bad")
 
 
+def test_wall_clock_keeps_a_killed_sittings_time_and_adds_sittings(tmp_path):
+  """wall_time.json is current while the run trains (a sitting killed with its machine keeps its time up to the
+  last tick), and every sitting adds to it, however it ends."""
+  import time  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "run" / "wall_time.json"
+  with reproduce.WallClock(tmp_path / "run", every=0.05):
+    time.sleep(0.3)
+    during = json.loads(path.read_text())  # what a killed sitting leaves
+  first = json.loads(path.read_text())
+  assert during["sittings"] == first["sittings"] == 1 and 0.05 <= during["seconds"] <= first["seconds"]
+  assert 0.3 <= first["seconds"] < 10
+  with pytest.raises(RuntimeError):
+    with reproduce.WallClock(tmp_path / "run", every=10.0):
+      time.sleep(0.1)
+      raise RuntimeError("training failed")
+  second = json.loads(path.read_text())
+  assert second["sittings"] == 2 and 0.1 <= second["seconds"] - first["seconds"] < 10
+  assert sorted(p.name for p in path.parent.iterdir()) == ["wall_time.json"]  # no temporary file left
+
+
 def test_unknown_run_name_is_a_one_line_error(capsys):
   assert reproduce.main(["--workdir", "/nonexistent/never", "--only", "pncnn_typo"]) == 2
   assert "unknown run(s) ['pncnn_typo']" in capsys.readouterr().err
