@@ -49,3 +49,12 @@ def test_spec_pointers_name_existing_sections():
       if "SPEC.md" in line or p == SPEC:
         missing += [f"{p.relative_to(REPO)}:{i}: §{n}" for n in POINTER.findall(line) if n not in headings]
   assert not missing, "no such section in docs/SPEC.md:\n" + "\n".join(missing)
+
+
+def test_readme_quotes_the_shipped_ensembles_scales_from_the_long_page():
+  """The precision scales the README gives for `predict --precision_scales` are the ones docs/RESULTS_LONG.json
+  fitted for the shipped ensemble (a retrained member changes them)."""
+  import json  # pylint: disable=g-import-not-at-top
+  scales = json.loads((REPO / "docs" / "RESULTS_LONG.json").read_text())["fusion"]["precision_scales"]
+  quoted = re.search(r"for the shipped ensemble, `([0-9.,]+)`", (REPO / "README.md").read_text()).group(1)
+  assert quoted == ",".join(f"{s:.2f}" for s in scales)
