@@ -287,5 +287,38 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
   return lines
 
 
+def variance_unet_lines(runs: dict[str, Any]) -> list[str]:
+  """The paper's ablation without the variance UNet (`no_var_est_masked`: the NConv output confidence is the
+  precision) against every finished seed of masked pNCNN, on claims (b)-(d): the test of the cause the (b) paragraph
+  gives (the variance UNet's loss reaching c0 through cout). [] unless both runs and `ncnn_conf_l1_masked` exist."""
+  ref = "ncnn_conf_l1_masked"
+  if not all(n in runs for n in ("no_var_est_masked", "pncnn_masked", ref)):
+    return []
+  group = done_group(runs, "pncnn_masked") or ("pncnn_masked",)
+  a, r = runs["no_var_est_masked"], runs[ref]
+  rel = lambda run, k: run["metrics"][k] / r["metrics"][k] - 1  # noqa: E731
+
+  def seeds(value, form) -> str:
+    lo, hi = min(value(runs[n]) for n in group), max(value(runs[n]) for n in group)
+    return form(lo) if len(group) == 1 else f"{form(lo)} to {form(hi)}"
+
+  pct, two, three = (lambda v: f"{100 * v:+.1f} %"), (lambda v: f"{v:.2f}"), (lambda v: f"{v:.3f}")
+  auroc, mae, ause = (lambda x: x["c0"]["auroc"]), (lambda x: rel(x, "mae")), (lambda x: x["uncertainty"]["ause_pncnn"])
+  better = [auroc(a) > max(auroc(runs[n]) for n in group), mae(a) < min(mae(runs[n]) for n in group)]
+  text = (f"- **Without the variance UNet** (`no_var_est_masked`, the paper's ablation, masked c0) (b) "
+          f"{'holds' if results.c0_singles_out(a['c0']) else 'does not hold'} and (d) "
+          f"{'holds' if results.accuracy_close(a['metrics'], r['metrics']) else 'does not hold'}: c0 AUROC "
+          f"{auroc(a):.2f} ({a['c0']['auroc_depth_bins']:.2f} within depth deciles), MAE {pct(mae(a))} and RMSE "
+          f"{pct(rel(a, 'rmse'))} against `{ref}`, AUSE {ause(a):.3f}; `pncnn_masked` over {seed_list(group)}: AUROC "
+          f"{seeds(auroc, two)}, MAE {seeds(mae, pct)}, AUSE {seeds(ause, three)}. ")
+  if all(better):
+    text += ("Its c0 is more selective and its depth more accurate than in every pNCNN run, without the variance "
+             "UNet's loss reaching c0 through cout: what the cause above predicts.")
+  else:
+    text += ("Removing the variance UNet does not make c0 more selective and the depth more accurate than in every "
+             "pNCNN run here, so this ablation does not single out the cause above.")
+  return [text]
+
+
 def mark(ok: bool | None) -> str:
   return {True: "**holds**", False: "**does not hold**", None: "not measured yet"}[ok]

@@ -239,7 +239,8 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
   lines += claims_lib.seed_lines(runs)
   lines += report_distance.lines(runs, MAIN_ORDER)
   lines += ["", "## Why the official network fails at this scale", "", _why(runs), ""]
-  lines += ["## The claims that do not hold, and why", "", *_discussion(runs), *claims_lib.data_term_lines(runs), "",
+  lines += ["## The claims that do not hold, and why", "", *_discussion(runs), *claims_lib.variance_unet_lines(runs),
+            *claims_lib.data_term_lines(runs), "",
             "## Figures", ""]
   lines += [f"![{t}]({figsub}/{f})\n\n{t}\n" for f, t in figures]
   if summary["not_finished"]:

@@ -570,6 +570,27 @@ def test_discussion_follows_the_numbers_it_quotes():
   assert "over seeds 0-3 its AUROC ranges from 0.18 to 0.91" in text
 
 
+def test_the_variance_unet_ablation_is_read_against_every_pncnn_seed():
+  """The no_var_est paragraph gives (b) and (d) by the claims' own criteria and says the ablation supports the cause
+  only when its c0 is more selective and its depth more accurate than in every pNCNN seed."""
+  from pncnn_jax import claims  # pylint: disable=g-import-not-at-top
+  ref = _fake_run(500.0, 2600.0, 0.5, 0.9, 0.84, 0.01, 1.0)
+  runs = {"ncnn_conf_l1_masked": ref, "pncnn_masked": _fake_run(700.0, 3000.0, 0.07, 0.6, 0.6, 1.2, 1.5),
+          "pncnn_masked_seed1": _fake_run(750.0, 2860.0, 0.06, 0.81, 0.72, 0.3, 0.7)}
+  assert claims.variance_unet_lines(runs) == []  # no ablation run: no paragraph
+  runs["no_var_est_masked"] = _fake_run(570.0, 2450.0, 0.056, 0.9, 0.78, 8.0, 1280.0)
+  (text,) = claims.variance_unet_lines(runs)
+  assert ("(b) does not hold and (d) does not hold: c0 AUROC 0.90 (0.78 within depth deciles), MAE +14.0 % and RMSE "
+          "-5.8 % against `ncnn_conf_l1_masked`, AUSE 0.056; `pncnn_masked` over seeds 0-1: AUROC 0.60 to 0.81, MAE "
+          "+40.0 % to +50.0 %, AUSE 0.060 to 0.070.") in text
+  assert text.endswith("what the cause above predicts.")
+  runs["pncnn_masked_seed1"] = _fake_run(540.0, 2500.0, 0.06, 0.95, 0.9, 0.1, 0.7)  # a seed at least as good
+  assert claims.variance_unet_lines(runs)[0].endswith("so this ablation does not single out the cause above.")
+  runs["no_var_est_masked"] = _fake_run(520.0, 2500.0, 0.05, 0.96, 0.85, 0.1, 1.0)  # (b) and (d) by their criteria
+  text = claims.variance_unet_lines(runs)[0]
+  assert "(b) holds and (d) holds" in text and text.endswith("what the cause above predicts.")
+
+
 def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
   from pncnn_jax import report_distance
 
