@@ -8,6 +8,8 @@ velodyne_raw/groundtruth PNG pairs found under a directory (bottom 352x1216 crop
 Evaluation never builds the training pipeline.
 """
 
+import json
+import pathlib
 import sys
 
 from absl import app, flags
@@ -20,7 +22,8 @@ __doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "training run directory (for best/latest; default output root)")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "best | latest | PATH (.pth.tar, .npz or a directory)")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "best | latest | PATH (.pth.tar, .npz or a directory); "
+                                  "ensemble configs: also PATH,PATH,... (its members)")
 _OUTPUT = flags.DEFINE_string("output", None, "report directory (default: <workdir>/eval_<checkpoint>)")
 _PAIRS_DIR = flags.DEFINE_string("pairs_dir", None, "evaluate the KITTI PNG pairs under this directory instead")
 _ALLOW_MISMATCH = flags.DEFINE_bool("allow_mismatch", False, "evaluate a checkpoint trained on another dataset, "
@@ -53,11 +56,19 @@ def main(argv):
   if "ensemble" in _CONFIG.value:  # members and fusion rules side by side (paper Table 3)
     from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
     try:
-      rows = ensemble.evaluate_ensemble_config(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value,
-                                              allow_mismatch=_ALLOW_MISMATCH.value)
+      members = [c.strip() for c in _CHECKPOINT.value.split(",")]  # K checkpoints, or a step of --workdir
+      rows = ensemble.evaluate_ensemble_config(_CONFIG.value, members if len(members) > 1 else _WORKDIR.value,
+                                              _CHECKPOINT.value, allow_mismatch=_ALLOW_MISMATCH.value)
     except (ValueError, FileNotFoundError) as e:
       _fail(e, 2)
-    print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
+    table = evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion")
+    print(table)
+    if _OUTPUT.value:  # the table and its numbers, as training writes them into an ensemble's workdir
+      out = pathlib.Path(_OUTPUT.value)
+      out.mkdir(parents=True, exist_ok=True)
+      (out / "ensemble_eval.json").write_text(json.dumps(rows, indent=2) + "\n")
+      (out / "ensemble_eval.md").write_text(table + "\n")
+      print(f"wrote {out / 'ensemble_eval.md'} and {out / 'ensemble_eval.json'}")
     return
   if _CONFIG.value.metrics == "flow":  # sparse optical flow (configs/flow_synthetic.py)
     from pncnn_jax import flow_eval  # pylint: disable=g-import-not-at-top

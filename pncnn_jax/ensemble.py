@@ -303,7 +303,8 @@ def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLi
 
   Args:
     config: an ensemble config (configs/ensemble_synthetic.py).
-    variables_or_path: stacked variables, an ensemble workdir, or a list of K single-model checkpoints.
+    variables_or_path: stacked variables, an ensemble workdir, or a list of K single-model checkpoints (shipped
+      names 'synthetic:<name>' included; `model.mask_input_confidence` is taken from them, as for one model).
     step: for workdirs: an int, 'latest' or 'best'.
     allow_mismatch: use checkpoints trained as something else than `config` says (`config.identity`: dataset,
       variant, loss, input scaling) with a warning; refused otherwise (`config.IdentityMismatchError`).
@@ -311,15 +312,23 @@ def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLi
   With `config.ensemble.calibration_split` set, the members' precision scales are first fitted on that split
   (`fit_precision_scales`, evaluation crops) and the table gets the calibrated rows too (`evaluate_ensemble`).
   """
+  settings = config_lib.model_settings(config)
   if isinstance(variables_or_path, (str, os.PathLike)) or (
       isinstance(variables_or_path, Sequence) and not isinstance(variables_or_path, Mapping)):
-    variables, _ = load_ensemble(variables_or_path, step=step, expect=config_lib.identity(config),
-                                 allow_mismatch=allow_mismatch)
+    variables, metas = load_ensemble(variables_or_path, step=step, expect=config_lib.identity(config),
+                                     allow_mismatch=allow_mismatch)
+    masks = {((m.get("config") or {}).get("model") or {}).get("mask_input_confidence") for m in metas} - {None}
+    if len(masks) > 1:
+      raise ValueError(f"the members {list(variables_or_path)} were trained with and without "
+                       "model.mask_input_confidence: not one model")
+    if masks:  # part of what the weights were trained as: taken from them, as eval.py does for one model
+      settings["mask_input_confidence"] = masks.pop()
   else:
     variables = {k: v for k, v in variables_or_path.items() if k in ("params", "batch_stats")}
   e = config.ensemble
   eval_data = config_lib.data_config(config, "eval", batch_size=max(1, config.eval_batch_size), num_epochs=1)
-  model, loss_name = config_lib.build_model(config), config_lib.variant_loss(config)
+  model = config_lib.build_model({"variant": config.variant, "model": settings})
+  loss_name = config_lib.variant_loss(config)
   scales = None
   split = e.get("calibration_split", "")
   if split:  # calibrated fusion: per-member precision scales fitted on another split

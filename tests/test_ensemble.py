@@ -376,3 +376,22 @@ def test_ensemble_config_evaluates_calibrated_rows_fitted_on_another_split():
   raw = ensemble.evaluate_ensemble_config(config, stacked)
   assert list(raw) == names and all(raw[n] == rows[n] for n in names)
   assert rows["member 0" + ensemble.CALIBRATED]["nll"] != raw["member 0"]["nll"]
+
+
+def test_ensemble_config_evaluates_shipped_members_as_they_were_trained():
+  """A list of shipped names is an ensemble; `mask_input_confidence` comes from the members (the config's pncnn is
+  unmasked), so member 0's row is that model evaluated alone; members trained with and without it are refused."""
+  from pncnn_jax import evaluate, loader  # pylint: disable=g-import-not-at-top
+  config = config_lib.load_config(f"{pathlib.Path(__file__).resolve().parents[1] / 'configs' / 'ensemble_synthetic.py'}"
+                                  ":pncnn")
+  config.ensemble.rules, config.ensemble.mle_steps = ("mean",), 5
+  config.data.eval_crop_height, config.data.eval_crop_width = 64, 96
+  config.data.eval_synthetic_size, config.eval_batch_size = 4, 4
+  rows = ensemble.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn_masked_seed1"])
+  single = loader.load("synthetic:pncnn_masked")
+  alone = evaluate.run_evaluation(single.build_model(), single.variables, config_lib.eval_iterator(config),
+                                  loss_name=single.loss)
+  for key in ("mae", "rmse"):
+    np.testing.assert_allclose(rows["member 0"][key], alone.metrics[key], rtol=1e-5)
+  with pytest.raises(ValueError, match="were trained with and without model.mask_input_confidence"):
+    ensemble.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn"])
