@@ -8,7 +8,6 @@ velodyne_raw/groundtruth PNG pairs found under a directory (bottom 352x1216 crop
 Evaluation never builds the training pipeline.
 """
 
-import json
 import pathlib
 import sys
 
@@ -61,14 +60,10 @@ def main(argv):
                                               _CHECKPOINT.value, allow_mismatch=_ALLOW_MISMATCH.value)
     except (ValueError, FileNotFoundError) as e:
       _fail(e, 2)
-    table = evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion")
-    print(table)
+    print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
     if _OUTPUT.value:  # the table and its numbers, as training writes them into an ensemble's workdir
-      out = pathlib.Path(_OUTPUT.value)
-      out.mkdir(parents=True, exist_ok=True)
-      (out / "ensemble_eval.json").write_text(json.dumps(rows, indent=2) + "\n")
-      (out / "ensemble_eval.md").write_text(table + "\n")
-      print(f"wrote {out / 'ensemble_eval.md'} and {out / 'ensemble_eval.json'}")
+      ensemble.write_ensemble_eval(rows, pathlib.Path(_OUTPUT.value), _CONFIG.value.metrics)
+      print(f"wrote {_OUTPUT.value}/ensemble_eval.md and ensemble_eval.json")
     return
   if _CONFIG.value.metrics == "flow":  # sparse optical flow (configs/flow_synthetic.py)
     from pncnn_jax import flow_eval  # pylint: disable=g-import-not-at-top

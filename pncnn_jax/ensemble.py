@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
+import pathlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,7 +33,7 @@ from pncnn_jax import metrics as metrics_lib
 from pncnn_jax.fusion import (DEFAULT_MLE_LR, DEFAULT_MLE_STEPS, DEFAULT_MLE_VARIANCE, FUSION_RULES,  # noqa: F401
                               calibration_sums, confidence_weights, fuse, fuse_max_confidence, fuse_mean, fuse_mle,
                               fuse_weighted_mean, fused_variance, mixture_log_density, mixture_moments,
-                              precision_scales, _mixture_terms)
+                              precision_scales, scale_precision, _mixture_terms)
 
 Array = jax.Array
 PyTree = Any
@@ -144,7 +146,7 @@ def apply_ensemble(model, variables: PyTree, sparse: Array, *, per_member: bool 
 # Evaluation: each member and each fusion rule side by side (paper Table 3).
 
 
-def _member_precision(model, variables: PyTree, sparse: Array, loss_name: str) -> tuple[Array, Array]:
+def member_precision(model, variables: PyTree, sparse: Array, loss_name: str) -> tuple[Array, Array]:
   """(depth, precision) of every member, each (K, B, H, W, 1): the precision by the members' loss
   (`losses.precision_of`), the NConv confidence itself for L1/L2 models (fine for weights, not for AUCE)."""
   out = apply_ensemble(model, variables, sparse)
@@ -155,7 +157,7 @@ def _member_precision(model, variables: PyTree, sparse: Array, loss_name: str) -
 @functools.lru_cache(maxsize=8)
 def _make_calibration_fn(model, loss_name: str):
   return jax.jit(lambda variables, sparse, target: calibration_sums(
-      *_member_precision(model, variables, sparse, loss_name), target))
+      *member_precision(model, variables, sparse, loss_name), target))
 
 
 def fit_precision_scales(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
@@ -205,7 +207,7 @@ def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[s
                           mle: MLEOptions = MLEOptions(), calibrated: bool = False):
   """jit(variables, sparse, target, scales) -> {row name: (depth, precision, per-image metrics)}.
 
-  Rows: 'member k' (its depth and precision by its loss's rule, `_member_precision`) for every member, then every
+  Rows: 'member k' (its depth and precision by its loss's rule, `member_precision`) for every member, then every
   rule of `rules` (fused depth and 1 / `fused_variance`). With `calibrated`, the same rows again with every
   member's precision times scales[k] (`fit_precision_scales`), named with the suffix `CALIBRATED`; `scales` (K,)
   is unused otherwise. Metrics per image, KITTI (mm, 1/km) or NYU (m), as `metrics.kitti_metrics`.
@@ -225,10 +227,10 @@ def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[s
 
   @jax.jit
   def fn(variables, sparse, target, scales):
-    depth, prec = _member_precision(model, variables, sparse, loss_name)
+    depth, prec = member_precision(model, variables, sparse, loss_name)
     rows = table(depth, prec, "")
     if calibrated:
-      rows.update(table(depth, prec * scales.astype(prec.dtype)[:, None, None, None, None], CALIBRATED))
+      rows.update(table(depth, scale_precision(prec, scales), CALIBRATED))
     return {name: (d, c, metric_fn(d, target)) for name, (d, c) in rows.items()}
 
   return fn
@@ -294,6 +296,13 @@ def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, n
                   "auce": u["auce"] if probabilistic else None, "nll": u["nll"] if probabilistic else None,
                   "num_images": num_images}
   return rows
+
+
+def write_ensemble_eval(rows: dict[str, dict[str, float]], out_dir: pathlib.Path, metric_set: str) -> None:
+  """<out_dir>/ensemble_eval.json (the rows' numbers) and ensemble_eval.md (`evaluate.format_table`)."""
+  out_dir.mkdir(parents=True, exist_ok=True)
+  (out_dir / "ensemble_eval.json").write_text(json.dumps(rows, indent=2) + "\n")
+  (out_dir / "ensemble_eval.md").write_text(evaluate.format_table(rows, metric_set, header="member / fusion") + "\n")
 
 
 def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLike | Sequence[str],

@@ -226,6 +226,11 @@ def precision_scales(sums, count) -> np.ndarray:
   return count / sums
 
 
+def scale_precision(precision: Array, scales) -> Array:
+  """s_k c_k: member k's precision (K, B, H, W, 1) times scales[k] ((K,), `precision_scales`)."""
+  return precision * jnp.asarray(scales, precision.dtype)[:, None, None, None, None]
+
+
 FUSION_RULES = ("mean", "weighted_mean", "max_confidence", "mle")
 _RULE_WEIGHTING = {"mean": "uniform", "weighted_mean": "confidence", "max_confidence": "confidence",
                    "mle": "confidence"}

@@ -79,17 +79,14 @@ def make_predict_fn(model: models.PNCNN):
 def make_fused_predict_fn(model: models.PNCNN, loss_name: str, rule: str, scales=None):
   """jit(stacked variables, sparse (1, H, W, 1)) -> {'depth': fused depth [m], 'confidence': fused precision
   [1/m^2]} of an ensemble of `model` (`fusion.fuse` by `rule`, after multiplying member k's precision by scales[k])."""
-  if losses.precision_of(np.ones(1), loss_name) is None:
+  if loss_name not in losses.PROBABILISTIC_LOSSES:
     raise ValueError(f"an ensemble needs members with a predicted sigma (a probabilistic loss); these were trained "
                      f"with {loss_name!r}")
 
   @jax.jit
   def fn(variables, sparse):
-    out = ensemble.apply_ensemble(model, variables, sparse)
-    prec = losses.precision_of(out.confidence, loss_name)
-    if scales is not None:
-      prec = prec * jnp.asarray(scales, prec.dtype)[:, None, None, None, None]
-    depth, fused_prec = fusion.fuse(out.depth, prec, rule)
+    depth, prec = ensemble.member_precision(model, variables, sparse, loss_name)
+    depth, fused_prec = fusion.fuse(depth, prec if scales is None else fusion.scale_precision(prec, scales), rule)
     return {"depth": depth, "confidence": fused_prec}
   return fn
 

@@ -394,7 +394,5 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     ckpt.close()
     writer.close()
   if is_ensemble and is_main and summary.get("step") == total_steps:
-    (workdir / "ensemble_eval.json").write_text(json.dumps(summary["rows"], indent=2) + "\n")
-    (workdir / "ensemble_eval.md").write_text(
-        evaluate.format_table(summary["rows"], config.metrics, header="member / fusion") + "\n")
+    ensemble.write_ensemble_eval(summary["rows"], workdir, config.metrics)
   return summary
