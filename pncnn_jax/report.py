@@ -224,7 +224,10 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
             "The paper's ablations (`no_conf_est`, `no_var_est`, `depth_pred`, `laplace`), then our options, each one "
             "change to pNCNN: `beta` = beta-NLL weights (beta 0.5; `beta1`: beta 1), `aux` = an L1 term on mu "
             "added to the NLL, `detach` = the variance UNet's input detached (its loss trains only itself), "
-            "`sparse_var` = a variance UNet that sees the sparse input beside cout.", "", HEADER]
+            "`sparse_var` = a variance UNet that sees the sparse input beside cout. AUCE and NLL score every row's "
+            "sigma as a Gaussian's; for `laplace` sigma is its Laplace's standard deviation (sqrt(2) b), so those "
+            "two columns do not score it by its own Laplace likelihood (AUSE, a ranking, does not depend on the "
+            "shape).", "", HEADER]
   lines += [_row(n, runs[n]) for n in ABLATION_ORDER if n in runs]
   lines += ["", "## Fusion of a 4-member pNCNN ensemble (masked c0, seeds 0-3)", ""]
   if fusion:

@@ -164,6 +164,11 @@ def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
           "flat": change is not None and abs(change) < FLAT_TOLERANCE}
 
 
+def masked_c0(config) -> bool:
+  """Whether the run's model zeroes c0 off the measurements (`config.model.mask_input_confidence`)."""
+  return bool(config_lib.model_settings(config).get("mask_input_confidence", False))
+
+
 def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path | None = None,
                    deleted_pass: bool = True) -> dict[str, Any]:
   """Accuracy, uncertainty and c0 statistics of one model (`config` as in paper.run_config) on the scenes
@@ -174,7 +179,7 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
   eval_fn = evaluate.make_eval_fn(model, "kitti")  # one compilation for both passes
   res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2, eval_fn=eval_fn,
                                 error_by_distance=True)
-  out = {"variant": config.variant, "masked_c0": bool(config.get("mask_input_confidence", False)), "loss": loss,
+  out = {"variant": config.variant, "masked_c0": masked_c0(config), "loss": loss,
          "params": models.count_params(variables["params"]), "metrics": res.metrics, "uncertainty": res.uncertainty,
          "sparsification": {"fractions": res.sparsification.fractions.tolist(),
                             "model": res.sparsification.model.tolist(),

@@ -147,6 +147,8 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   assert "| `ncnn` | 481 |" in text and "| `ncnn_conf_l1_masked` | 334,498 |" in text
   summary = json.loads(results_md.with_suffix(".json").read_text())
   assert set(summary["runs"]) == {"ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked"}
+  assert [summary["runs"][n]["masked_c0"] for n in ("ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked")] == [
+      False, False, True]
   assert "pncnn" in summary["not_finished"]
   c0 = summary["runs"]["ncnn_conf_l1_masked"]["c0"]
   assert 0.0 <= c0["auroc"] <= 1.0 and c0["c0_mean_empty"] == 0.0  # masked: empty pixels carry no confidence
@@ -584,6 +586,17 @@ def test_the_variance_unet_ablation_is_read_against_every_pncnn_seed():
           "-5.8 % against `ncnn_conf_l1_masked`, AUSE 0.056; `pncnn_masked` over seeds 0-1: AUROC 0.60 to 0.81, MAE "
           "+40.0 % to +50.0 %, AUSE 0.060 to 0.070.") in text
   assert text.endswith("what the cause above predicts.")
+  runs["laplace_masked"] = _fake_run(690.0, 2900.0, 0.08, 0.7, 0.6, 1.0, 1.0)  # keeps the path, beats no seed
+  assert claims.variance_unet_lines(runs)[0] == text
+  runs["depth_pred_masked"] = _fake_run(600.0, 2550.0, 0.04, 0.9, 0.76, 1.3, 4.4)  # keeps the path, beats them all
+  assert claims.variance_unet_lines(runs)[0].endswith(
+      "but so is `depth_pred_masked` (AUROC 0.90, MAE +20.0 %), which keeps that path: with one seed per run, a draw "
+      "moves c0 as far as removing the path does (the pNCNN seeds' spread above), so this ablation does not single out "
+      "the cause above.")
+  runs["laplace_masked"] = _fake_run(560.0, 2800.0, 0.08, 0.92, 0.85, 0.07, 0.9)
+  assert "but so are `depth_pred_masked` (AUROC 0.90, MAE +20.0 %) and `laplace_masked` (AUROC 0.92, MAE +12.0 %), " \
+         "which keep that path" in claims.variance_unet_lines(runs)[0]
+  del runs["depth_pred_masked"], runs["laplace_masked"]
   runs["pncnn_masked_seed1"] = _fake_run(540.0, 2500.0, 0.06, 0.95, 0.9, 0.1, 0.7)  # a seed at least as good
   assert claims.variance_unet_lines(runs)[0].endswith("so this ablation does not single out the cause above.")
   runs["no_var_est_masked"] = _fake_run(520.0, 2500.0, 0.05, 0.96, 0.85, 0.1, 1.0)  # (b) and (d) by their criteria
