@@ -327,8 +327,9 @@ def variance_unet_lines(runs: dict[str, Any]) -> list[str]:
     text += ("Its c0 is more selective and its depth more accurate than in every pNCNN run, without the variance "
              f"UNet's loss reaching c0 through cout, but so {'is' if len(control) == 1 else 'are'} "
              + " and ".join(f"`{n}` (AUROC {auroc(runs[n]):.2f}, MAE {pct(mae(runs[n]))})" for n in control)
-             + f", which keep{'s' if len(control) == 1 else ''} that path: with one seed per run, a draw moves c0 as far as removing the path does "
-             "(the pNCNN seeds' spread above), so this ablation does not single out the cause above.")
+             + f", which keep{'s' if len(control) == 1 else ''} that path: with one seed per run, a draw moves c0 "
+             "as far as removing the path does (the pNCNN seeds' spread above), so this ablation does not single out "
+             "the cause above.")
   else:
     text += ("Removing the variance UNet does not make c0 more selective and the depth more accurate than in every "
              "pNCNN run here, so this ablation does not single out the cause above.")
