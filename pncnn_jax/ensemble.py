@@ -326,7 +326,7 @@ def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLi
       isinstance(variables_or_path, Sequence) and not isinstance(variables_or_path, Mapping)):
     variables, metas = load_ensemble(variables_or_path, step=step, expect=config_lib.identity(config),
                                      allow_mismatch=allow_mismatch)
-    masks = {((m.get("config") or {}).get("model") or {}).get("mask_input_confidence") for m in metas} - {None}
+    masks = {config_lib.model_settings(m.get("config") or {}).get("mask_input_confidence") for m in metas} - {None}
     if len(masks) > 1:
       raise ValueError(f"the members {list(variables_or_path)} were trained with and without "
                        "model.mask_input_confidence: not one model")
