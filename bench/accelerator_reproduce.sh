@@ -11,7 +11,7 @@
 #   python -m pncnn_jax.reproduce --workdir WORKDIR --scale SCALE --ship pncnn_jax/pretrained/synthetic
 set -uo pipefail
 out=$(realpath -m "${1:?usage: $0 OUTDIR [SCALE] [JOBS] [DEADLINE_S] [ONLY]}")
-scale=${2:-gpu}
+scale=${2:-long}  # a key of pncnn_jax.paper.SCALES
 jobs=${3:-4}
 deadline=${4:-480}
 only=${5:-}

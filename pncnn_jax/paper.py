@@ -18,13 +18,13 @@ import ml_collections
 
 from pncnn_jax import config as config_lib
 
-# One recipe per scale. 'cpu' fits 2 CPU cores (about 10-30 min per pNCNN run); 'long' is the same recipe 5x longer
-# (for a GPU).
+# One recipe per scale. 'cpu' fits 2 CPU cores (about 10-30 min per pNCNN run); 'long' is the same recipe 5x longer.
 SCALES: dict[str, dict[str, Any]] = {
     "cpu": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=100, num_epochs=10, lr_decay_epochs=8,
                 learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # The cpu recipe 5x longer (lr 0.01 for 4000 steps, then 1000 at 0.001), same crops and batch: does training
-    # length change the claims? About a minute per run on one GPU.
+    # length change the claims? Measured on a 2-core CPU machine, one run per core: 1-2 h for a run with a UNet,
+    # 5 min for NCNN (`train_wall_s` in docs/RESULTS_LONG.json).
     "long": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=20, lr_decay_epochs=16,
                  learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # A few steps on tiny crops: the whole command end to end in about a minute (tests, a first look).

@@ -1,6 +1,8 @@
 """The reproduction command end to end (smoke scale), the scene cache, the c0 mask option, shipped-weight files."""
 
 import json
+import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -642,3 +644,11 @@ def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
       "points deleted from both inputs: mostly the depth network's, in the places where disturbances happen, not how "
       "c0 weighs the disturbed points.")
   assert report_distance.gap_sentence(runs, "pncnn_exp", "ncnn_conf_l1") == ""  # no deleted pass, no sentence
+
+
+def test_accelerator_script_defaults_to_a_scale():
+  """bench/accelerator_reproduce.sh passes its SCALE (default or given) to `--scale`: the default must be one."""
+  script = (pathlib.Path(__file__).parents[1] / "bench" / "accelerator_reproduce.sh").read_text()
+  default = re.search(r"^scale=\$\{2:-(\w+)\}", script, re.M)
+  assert default, "bench/accelerator_reproduce.sh: no `scale=${2:-...}` line"
+  assert default.group(1) in paper.SCALES, default.group(1)
