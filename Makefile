@@ -7,7 +7,7 @@ PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3 p
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then echo $$p; break; fi; done)
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo bench clean
+.PHONY: venv lint test demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.11 found (set PYTHON=...)"; exit 1; }
@@ -18,7 +18,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv
+# pyflakes and pycodestyle errors, lines <= 120 characters (pyproject.toml [tool.ruff]); under a second.
+lint: venv
+	$(PY) -m ruff check .
+
+test: venv lint
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 demo: venv

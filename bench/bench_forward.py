@@ -30,7 +30,6 @@ import pathlib
 import platform
 import re
 import resource
-import statistics
 import subprocess
 import sys
 import time

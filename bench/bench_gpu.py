@@ -243,7 +243,8 @@ def check_worker(emit, platform_name: str = "gpu") -> None:
   model = models.build_model("pncnn", conv_precision="highest")
   variables = loader.load("synthetic:pncnn").variables
   tm = torch_pncnn.build("pncnn").to(dev)
-  tm.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in convert.variables_to_state_dict(variables).items()},
+  tm.load_state_dict({k: torch.from_numpy(np.asarray(v))
+                      for k, v in convert.variables_to_state_dict(variables).items()},
                      strict=True)
   x = torch.from_numpy(sparse.transpose(0, 3, 1, 2).copy()).to(dev)
   t = torch.from_numpy(target.transpose(0, 3, 1, 2).copy()).to(dev)
@@ -314,8 +315,9 @@ def _spawn(worker: str, args, jsonl: pathlib.Path) -> int:
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   if worker in ("torch", "check"):
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # jax shares the device with torch in 'check'
-  cmd = [sys.executable, __file__, "--worker", worker, "--calls", str(args.calls), "--repeats", str(args.repeats),
-         "--json", str(jsonl)] + (["--quick"] if args.quick else []) + (["--smoke"] if args.smoke else []) + (["--rows", args.rows] if args.rows else [])
+  cmd = ([sys.executable, __file__, "--worker", worker, "--calls", str(args.calls), "--repeats", str(args.repeats),
+          "--json", str(jsonl)] + (["--quick"] if args.quick else []) + (["--smoke"] if args.smoke else [])
+         + (["--rows", args.rows] if args.rows else []))
   print("+", " ".join(cmd), flush=True)
   return subprocess.call(cmd, env=env)
 
@@ -326,7 +328,8 @@ def render(res: dict, rows=None) -> str:
   lines = [
       f"## pncnn_jax against a PyTorch pNCNN on {jax_info.get('device', '?')} (bench/bench_gpu.py)",
       "",
-      f"Run {datetime.date.today().isoformat()}: {jax_info.get('device', '?')}, host {platform.processor() or platform.machine()} "
+      f"Run {datetime.date.today().isoformat()}: {jax_info.get('device', '?')}, "
+      f"host {platform.processor() or platform.machine()} "
       f"({os.cpu_count()} cores); Python {platform.python_version()}, jax {jax_info.get('jax', '?')}, "
       f"torch {torch_info.get('torch', '?')} (cuDNN {torch_info.get('cudnn', '?')}). "
       "Command: `python bench/bench_gpu.py --output docs/BENCHMARKS.md`.",
@@ -377,7 +380,8 @@ def _f(x):
 def _check_line(check) -> str:
   if not check:
     return "not run."
-  return (f"depth max |diff| {check['eval_depth_max_abs_m']:.1e} m, confidence rel. {check['eval_confidence_rel']:.1e}, "
+  return (f"depth max |diff| {check['eval_depth_max_abs_m']:.1e} m, "
+          f"confidence rel. {check['eval_confidence_rel']:.1e}, "
           f"c0 rel. {check['eval_c0_rel']:.1e}, loss {check['train_loss_jax']:.6f} vs {check['train_loss_torch']:.6f}, "
           f"gradients against a float64 run: worst tensor {check['grad_worst']['tensor']}, max error "
           f"{check['grad_worst']['jax']:.1e} of its max (torch float32: {check['grad_worst']['torch_float32']:.1e}).")

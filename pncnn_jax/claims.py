@@ -53,12 +53,14 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
         out.append((title, None, ""))
       continue
     c = runs[name]["c0"]
-    out.append((title, results.c0_singles_out(c), f"AUROC {c['auroc']:.3f}, within depth deciles {c['auroc_depth_bins']:.3f} (aim >= "
+    out.append((title, results.c0_singles_out(c),
+                f"AUROC {c['auroc']:.3f}, within depth deciles {c['auroc_depth_bins']:.3f} (aim >= "
                 f"{results.AUROC_AIM}); mean c0 disturbed {c['c0_mean_disturbed']:.3g} vs clean "
                 f"{c['c0_mean_clean']:.3g} (ratio {c['c0_mean_disturbed'] / c['c0_mean_clean']:.2f}, aim <= "
                 f"{results.C0_RATIO_MAX})" + _seeds_note(runs, name, lambda r: results.c0_singles_out(r["c0"]))))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1"),
-                  ("pncnn_beta_masked", "ncnn_conf_l1_masked"), ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked")):
+                  ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
+                  ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked")):
     title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {results.AUSE_RATIO_MAX})"
     if have(p, conf):
       a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
@@ -125,7 +127,8 @@ def seed_list(names: tuple[str, ...]) -> str:
 
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
-  """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group with seeds done (done_group)."""
+  """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group with seeds done
+  (done_group)."""
   group = done_group(runs, name)
   if not group:
     return ""
@@ -174,8 +177,8 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
   for key, group in groups.items():
     auroc, ause = cols[key]["AUROC c0"], cols[key]["AUSE (pNCNN)"]
     text = (f"\n`{key}`, {seed_list(group)}: the AUROC of c0 spans {min(auroc):.2f}-{max(auroc):.2f} "
-            f"({sum(a < 0.5 for a in auroc)} of {len(auroc)} below 0.5, i.e. with a c0 that trusts the disturbed points more "
-            "than the clean ones); "
+            f"({sum(a < 0.5 for a in auroc)} of {len(auroc)} below 0.5, i.e. with a c0 that trusts the disturbed "
+            "points more than the clean ones); "
             f"AUSE spans {min(ause):.3f}-{max(ause):.3f}")
     if key != ref and ref in groups:
       r = cols[ref]["AUSE (pNCNN)"]
@@ -237,7 +240,8 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
   if len(rows) < 2:
     return []
   per_seed = lambda rs, f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # d decimals
-  lines = ["", "**What the training objective does to c0 and to accuracy** (masked c0; every finished seed of each recipe; "
+  lines = ["",
+           "**What the training objective does to c0 and to accuracy** (masked c0; every finished seed of each recipe; "
            f"claim (b) needs AUROC and the within-decile AUROC >= {results.AUROC_AIM} and c0 disturbed / clean <= "
            f"{results.C0_RATIO_MAX}; sg = stop-gradient: the variance UNet's loss no longer trains NConv and c0):", "",
            "| run (seeds) | data term | its gradient on mu | variance UNet sees | AUROC c0 | same, within depth "

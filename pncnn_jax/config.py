@@ -24,7 +24,8 @@ import ml_collections
 from pncnn_jax import data, flow, losses, models
 from pncnn_jax.data import build as data_build
 
-MODEL_FIELDS = ("nconv_init", "conv_precision", "unet_features", "mask_input_confidence", "detach_variance_input")  # the PNCNN fields a config may set
+# the PNCNN fields a config may set
+MODEL_FIELDS = ("nconv_init", "conv_precision", "unet_features", "mask_input_confidence", "detach_variance_input")
 # steps_per_call=-1 (auto): two unrolled steps per call on CPU for frames of at least this many pixels (KITTI, NYU).
 # There they save XLA:CPU re-faulting the step's working memory on every call (~10 % per KITTI-size step,
 # docs/BENCHMARKS.md); small crops and other backends run one step per call.

@@ -198,7 +198,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
                     sparsification_gustafsson=ures["sparsification_gustafsson"], panels=panels,
                     uncertainty_kind="sigma [m]" if has_sigma else "confidence (uncalibrated)",
                     panel_names=panel_names if len(panel_names) == len(panels) else [],
-                    error_by_disturbed_distance=by_distance.result() if by_distance is not None and dist_scores else None)
+                    error_by_disturbed_distance=(by_distance.result() if by_distance is not None and dist_scores
+                                                 else None))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -330,7 +331,8 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
     batches = config_lib.eval_iterator(config)
   result = run_evaluation(model, variables, batches, loss_name=loss_name, metric_set=config.metrics,
                           max_batches=config.num_eval_batches, num_panels=config.num_panels, progress=progress)
-  tag = checkpoint if checkpoint in ("best", "latest") else pathlib.Path(checkpoint.replace(":", "_")).name.split(".")[0]
+  tag = (checkpoint if checkpoint in ("best", "latest")
+         else pathlib.Path(checkpoint.replace(":", "_")).name.split(".")[0])
   if output_dir is None:
     if not workdir:
       raise ValueError("give --workdir (or an output directory) for the reports")

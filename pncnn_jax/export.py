@@ -40,7 +40,6 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from pncnn_jax import cpu_kernels, loader, models
 

@@ -145,7 +145,8 @@ def run_flow_evaluation(predict: Predictor, batches: Iterable[Mapping[str, np.nd
       if len(panels) >= num_panels:
         break
       panels.append({"image": np.asarray(batch["image"])[j, ..., 0] if "image" in batch else np.zeros(epe.shape[1:]),
-                     "sparse": sparse[j], "corrupted": np.asarray(batch.get("corrupted", sparse[..., :1] < 0))[j, ..., 0],
+                     "sparse": sparse[j],
+                     "corrupted": np.asarray(batch.get("corrupted", sparse[..., :1] < 0))[j, ..., 0],
                      "input_confidence": np.asarray(out.input_confidence)[j, ..., 0], "flow": pred[j],
                      "target": target[j], "uncertainty": unc[j], "epe": np.where(valid[j], epe[j], np.nan)})
   res = acc.result(flow_synthetic.FAILURES)

@@ -41,7 +41,8 @@ def claims(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
       continue
     ratio = r["c0_corrupted"] / r["c0_clean"] if r.get("c0_clean") else float("nan")
     ok = r["auroc_corrupted"] >= AUROC_AIM and ratio <= C0_RATIO_AIM
-    out.append(f"- (F1) the learned c0 of `{name}` singles out the failed tracks: **{'holds' if ok else 'does not hold'}**."
+    out.append(f"- (F1) the learned c0 of `{name}` singles out the failed tracks: "
+               f"**{'holds' if ok else 'does not hold'}**."
                f" AUROC {r['auroc_corrupted']:.3f} (aim >= {AUROC_AIM}); by failure: gross {_f(r.get('auroc_gross'))}, "
                f"aperture {_f(r.get('auroc_aperture'))}, swap {_f(r.get('auroc_swap'))}, reflection "
                f"{_f(r.get('auroc_reflection'))}; mean c0 failed {r['c0_corrupted']:.3g} vs good {r['c0_clean']:.3g} "
@@ -54,7 +55,8 @@ def claims(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     ok = all(r["epe"] < b["epe"] and r["outliers"] < b["outliers"] for b in base.values())
     vs = "; ".join(f"`{k}` {b['epe']:.3f} px / {b['outliers']:.1f} %" for k, b in base.items())
     out.append(f"- (F2) `{name}` beats interpolation with binary confidence (EPE and outliers): "
-               f"**{'holds' if ok else 'does not hold'}**. EPE {r['epe']:.3f} px, outliers {r['outliers']:.1f} % vs {vs}.")
+               f"**{'holds' if ok else 'does not hold'}**. EPE {r['epe']:.3f} px, "
+               f"outliers {r['outliers']:.1f} % vs {vs}.")
   if "flow_ncnn" in rows:
     for name in LEARNED:
       r = rows.get(name)
@@ -90,7 +92,8 @@ def reading(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
   out = []
   ncnn, oracle, conf, pn = (rows.get(k) for k in ("flow_ncnn", "flow_ncnn_oracle", "flow_ncnn_conf", "flow_pncnn"))
   if ncnn and oracle:
-    out.append(f"- **What the failed tracks cost.** Interpolating every track, `flow_ncnn` reaches EPE {ncnn['epe']:.2f} "
+    out.append(f"- **What the failed tracks cost.** Interpolating every track, "
+               f"`flow_ncnn` reaches EPE {ncnn['epe']:.2f} "
                f"px; fed only the good tracks, the same weights reach {oracle['epe']:.2f} px (`flow_ncnn_oracle`): a "
                f"perfect input confidence could remove {100 * (1 - oracle['epe'] / ncnn['epe']):.0f} % of the error.")
   for name, r in (("flow_ncnn_conf", conf), ("flow_pncnn", pn)):

@@ -40,7 +40,8 @@ class Run:
   variant: str
   masked: bool = False
   seed: int = 0
-  group: str = "main"  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'detach' | 'seeds' (the tables a run appears in)
+  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'detach' | 'seeds' (the tables a run appears in)
+  group: str = "main"
   loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
   detach: bool = False  # config.model.detach_variance_input (our option)
 

@@ -11,12 +11,13 @@ import pathlib
 from typing import Any
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import ensemble, flow_report, paper, pretrained, report_distance, report_figures, results
+from pncnn_jax import ensemble, flow_report, pretrained, report_distance, report_figures, results
 from pncnn_jax.run_files import flat_label
 from pncnn_jax.run_files import format_value as _f
 
-MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn",
-              "pncnn_masked", "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
+MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked",
+              "pncnn", "pncnn_masked", "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked",
+              "sparse_var_beta_detach_masked")
 ABLATION_ORDER = ("pncnn_masked", "no_conf_est", "no_var_est_masked", "depth_pred_masked", "laplace_masked",
                   "pncnn_beta_masked", "pncnn_beta1_masked", "pncnn_aux_masked", "pncnn_beta_aux_masked",
                   "pncnn_detach_masked", "pncnn_beta_detach_masked", "sparse_var_beta_detach_masked",
@@ -125,8 +126,9 @@ def _claim_line(claim: str, ok: bool | None, numbers: str) -> str:
   return f"- {claim}: {claims_lib.mark(ok)}." + (f" {numbers}." if numbers else "")
 
 
-FLOW_LINK = ("The paper's other sparse problem, sparse optical-flow rectification with a multi-channel pNCNN, is at the "
-             "end of this page, in full in [RESULTS_FLOW.md](RESULTS_FLOW.md) (`python -m pncnn_jax.flow_reproduce`).")
+FLOW_LINK = ("The paper's other sparse problem, sparse optical-flow rectification with a multi-channel pNCNN, is at "
+             "the end of this page, in full in [RESULTS_FLOW.md](RESULTS_FLOW.md) "
+             "(`python -m pncnn_jax.flow_reproduce`).")
 
 
 def flow_section(flow_json: pathlib.Path) -> list[str]:
@@ -139,8 +141,8 @@ def flow_section(flow_json: pathlib.Path) -> list[str]:
   lines = ["", "## Sparse optical-flow rectification (paper section 6)", "",
            f"From [RESULTS_FLOW.md](RESULTS_FLOW.md) ({summary['date']}): a multi-channel pNCNN (u, v with one shared "
            "confidence) on the synthetic sparse-flow benchmark, KLT-like tracks of which "
-           f"{100 * summary['corrupted_fraction']:.0f} % failed (labelled). Why each claim holds or not, the recipe and "
-           "the validation curves are there.", "", *flow_report.claims(rows), "", flow_report.table(rows), ""]
+           f"{100 * summary['corrupted_fraction']:.0f} % failed (labelled). Why each claim holds or not, the recipe "
+           "and the validation curves are there.", "", *flow_report.claims(rows), "", flow_report.table(rows), ""]
   figure = flow_json.parent / flow_report.FIGURES / "flow_pncnn_panels.png"
   if figure.exists():
     lines.append(f"![flow_pncnn panels]({flow_report.FIGURES}/flow_pncnn_panels.png)")
@@ -184,7 +186,8 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
       "",
       *carried,
       f"**Recipe ({summary['scale']} scale).** Every model: Adam, lr {recipe['learning_rate']} then x0.1 after "
-      f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']} steps, {recipe['steps_per_epoch'] * recipe['num_epochs']}"
+      f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']} steps, "
+      f"{recipe['steps_per_epoch'] * recipe['num_epochs']}"
       f" steps of batch {recipe['batch_size']} on {recipe['train_crop'][0]}x{recipe['train_crop'][1]} centre crops of "
       f"{recipe['train_scenes']} training scenes; validation every {recipe['steps_per_epoch']} steps on "
       f"{recipe['val_scenes']} scenes. **Evaluation** of the final weights on {recipe['test_scenes']} held-out test "
@@ -283,7 +286,8 @@ def _why_ncnn_conf(runs: dict[str, Any], official: list[str]) -> str:
   rows = []
   for name in official:
     c, m = runs[name]["c0"], runs[name]["metrics"]
-    rows.append(f"`{name}` ({runs[name].get('step', '?')} steps) gives the empty pixels mean c0 {c['c0_mean_empty']:.2g}, "
+    rows.append(f"`{name}` ({runs[name].get('step', '?')} steps) gives the empty pixels "
+                f"mean c0 {c['c0_mean_empty']:.2g}, "
                 f"{100 * c['empty_weight_share']:.1f} % of the input confidence NConv receives; its MAE / RMSE are "
                 f"{m['mae']:.0f} / {m['rmse']:.0f} mm ({100 * (m['mae'] / n['mae'] - 1):+.1f} % / "
                 f"{100 * (m['rmse'] / n['rmse'] - 1):+.1f} % against NCNN) and its c0 at the input points is "

@@ -149,7 +149,7 @@ def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
   FLAT_TOLERANCE (relative) of the best before it (best, not last: one diverged validation must not decide; the
   lr drop afterwards only polishes). A curve still falling more than that is reported as not converged."""
   s = paper.SCALES[scale]
-  rows = [json.loads(l) for l in (rundir / "metrics.jsonl").read_text().splitlines()]
+  rows = [json.loads(line) for line in (rundir / "metrics.jsonl").read_text().splitlines()]
   val = sorted({r["step"]: r for r in rows if r.get("split") == "val"}.values(), key=lambda r: r["step"])
   curve = [(r["step"], r["rmse"], r["mae"]) for r in val]
   decay = s["steps_per_epoch"] * s["lr_decay_epochs"]
@@ -340,7 +340,7 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
     config, _, variables, meta = load_run(workdir, run, scale)
     with config.unlocked():
       config.data.synthetic_cache_dir = ""
-    val = [json.loads(l) for l in (paper.run_dir(workdir, run) / "metrics.jsonl").read_text().splitlines()]
+    val = [json.loads(line) for line in (paper.run_dir(workdir, run) / "metrics.jsonl").read_text().splitlines()]
     last_val = [r for r in val if r.get("split") == "val"][-1]
     manifest = {
         "name": run.name, "variant": run.variant, "mask_input_confidence": run.masked, "seed": run.seed,

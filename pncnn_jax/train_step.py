@@ -34,8 +34,8 @@ class TrainState(train_state.TrainState):
 
 
 def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> optax.Schedule:
-  """PyTorch StepLR stepped once per epoch: lr = base_lr * gamma^(epoch // decay_epochs), epoch = step // steps_per_epoch
-  (docs/SPEC.md §11.2: KITTI decays every 5 epochs, NYU every 3)."""
+  """PyTorch StepLR stepped once per epoch: lr = base_lr * gamma^(epoch // decay_epochs),
+  epoch = step // steps_per_epoch (docs/SPEC.md §11.2: KITTI decays every 5 epochs, NYU every 3)."""
   return optax.exponential_decay(base_lr, steps_per_epoch * decay_epochs, gamma, staircase=True)
 
 

@@ -1,7 +1,6 @@
 """The persistent compilation cache of training runs (pncnn_jax.compile_cache): only where the user said."""
 
 import os
-import pathlib
 import subprocess
 import sys
 

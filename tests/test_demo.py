@@ -18,7 +18,8 @@ def test_demo_evaluates_the_shipped_ensemble_and_every_rule():
   variables, manifest = pretrained.load(f"synthetic:{paper.ENSEMBLE[0]}")  # member 0 is that model on its own
   config = ml_collections.ConfigDict(manifest["config"])
   alone = evaluate.run_evaluation(config_lib.build_model(config), variables,
-                                  iter(demo.fresh_scenes((config.data.eval_crop_height, config.data.eval_crop_width), 2)),
+                                  iter(demo.fresh_scenes(
+                                      (config.data.eval_crop_height, config.data.eval_crop_width), 2)),
                                   loss_name=config_lib.variant_loss(config)).metrics
   for k in ("mae", "rmse"):
     np.testing.assert_allclose(rows["member 0"][k], alone[k], rtol=1e-5, err_msg=k)

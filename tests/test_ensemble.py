@@ -158,8 +158,8 @@ def test_vmap_ensemble_equals_separate_members():
   model = models.build_model(SMALL_VARIANT)
   stacked = ensemble.init_ensemble(model, [3, 7, 11], (32, 64))
   # Perturbed BatchNorm statistics too, so that members differ in every part.
-  stacked = jax.tree.map(lambda x: x + 0.01 * jnp.arange(x.shape[0], dtype=x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)),
-                         stacked)
+  stacked = jax.tree.map(
+      lambda x: x + 0.01 * jnp.arange(x.shape[0], dtype=x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)), stacked)
   sparse = _sparse(np.random.default_rng(0), (2, 32, 64, 1))
   out = jax.jit(functools.partial(ensemble.apply_ensemble, model, method="vmap"))(stacked, sparse)
   assert out.depth.shape == (3, 2, 32, 64, 1)
@@ -236,7 +236,8 @@ def test_ensemble_step_equals_separate_train_steps(method):
 
 
 def _tiny_config():
-  c = config_lib.load_config(f"{pathlib.Path(__file__).resolve().parents[1] / 'configs' / 'ensemble_synthetic.py'}:{SMALL_VARIANT}")
+  c = config_lib.load_config(
+      f"{pathlib.Path(__file__).resolve().parents[1] / 'configs' / 'ensemble_synthetic.py'}:{SMALL_VARIANT}")
   c.ensemble.num_members = 2
   c.ensemble.rules = ("mean", "weighted_mean", "max_confidence", "mle")
   c.ensemble.mle_steps = 20

@@ -13,7 +13,6 @@ model checkpoint and exported at 64x96 through the command-line entry point, as 
 
 import json
 import os
-import pathlib
 import re
 import subprocess
 import sys

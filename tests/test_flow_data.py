@@ -120,7 +120,8 @@ def test_structure_tensor_of_an_edge_and_a_corner():
 
 
 def test_examples_are_deterministic_and_the_flow_does_not_depend_on_the_window():
-  a, b = flow_synthetic.generate(1, 7, window=(20, 30, 64, 192)), flow_synthetic.generate(1, 7, window=(20, 30, 64, 192))
+  a, b = (flow_synthetic.generate(1, 7, window=(20, 30, 64, 192)),
+          flow_synthetic.generate(1, 7, window=(20, 30, 64, 192)))
   for k in a:
     np.testing.assert_array_equal(a[k], b[k])
   full = flow_synthetic.generate(1, 7)

@@ -216,8 +216,10 @@ def test_batch_norm_running_stats_use_unbiased_variance():
 
 @pytest.mark.parametrize("init,lo,hi", [("published", 0.0693, 1.0 + 0.1120 + 1e-6)])
 def test_published_init_range(init, lo, hi):
-  """'p' init: kernel_p = softplus_10(bump + U[0,1)) lies in [softplus_10(0.0067), softplus_10(1.1120)] (3x3 bump max 0.1120)."""
-  params = models.NConvUNet(weight_init=init).init(jax.random.key(0), jnp.zeros((1, 16, 16, 1)), jnp.zeros((1, 16, 16, 1)))
+  """'p' init: kernel_p = softplus_10(bump + U[0,1)) lies in [softplus_10(0.0067), softplus_10(1.1120)]
+  (3x3 bump max 0.1120)."""
+  params = models.NConvUNet(weight_init=init).init(jax.random.key(0), jnp.zeros((1, 16, 16, 1)),
+                                                   jnp.zeros((1, 16, 16, 1)))
   for k in range(1, 7):
     p = np.asarray(params["params"][f"nconv{k}"]["kernel_p"])
     assert lo <= p.min() and p.max() <= hi, (k, p.min(), p.max())
@@ -227,7 +229,8 @@ def test_published_init_range(init, lo, hi):
 
 
 def test_repo_init_is_kaiming_everywhere():
-  params = models.NConvUNet(weight_init="repo").init(jax.random.key(1), jnp.zeros((1, 16, 16, 1)), jnp.zeros((1, 16, 16, 1)))
+  params = models.NConvUNet(weight_init="repo").init(jax.random.key(1), jnp.zeros((1, 16, 16, 1)),
+                                                     jnp.zeros((1, 16, 16, 1)))
   for k, fan_in in zip(range(1, 8), (25, 50, 50, 36, 36, 36, 2)):
     p = np.asarray(params["params"][f"nconv{k}"]["kernel_p"])
     assert p.max() <= float(layers.softplus_beta(math.sqrt(6 / fan_in))) + 1e-6

@@ -236,7 +236,8 @@ def test_invalid_pixels_cannot_leak_inf_or_nan(name):
 def test_registry_and_get_loss():
   assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1",
                                 "gaussian_nll_l1", "gaussian_nll_beta_l1",
-                                "gaussian_nll_exp", "laplace_nll", "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow_losses
+                                "gaussian_nll_exp", "laplace_nll",
+                                "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow_losses
   with pytest.raises(ValueError, match="unknown loss 'l3'.*gaussian_nll.*masked_l1"):
     losses.get_loss("l3")
   # The probabilistic losses use out.confidence, not input_confidence.

@@ -59,7 +59,8 @@ def _assert_conf(name, got, ref):
   excess = np.abs(got - ref) - (CONF_ATOL + CONF_RTOL * np.abs(ref))
   worst = np.unravel_index(np.argmax(excess), excess.shape)
   assert excess.max() <= 0, (
-      f"{name}: confidence off by {np.abs(got - ref)[worst]:.3g} at {worst} (ref {ref[worst]:.6g}, got {got[worst]:.6g})")
+      f"{name}: confidence off by {np.abs(got - ref)[worst]:.3g} at {worst} "
+      f"(ref {ref[worst]:.6g}, got {got[worst]:.6g})")
 
 
 def _assert_data(name, got, ref, atol=PRED_ATOL):

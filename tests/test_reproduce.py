@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pncnn_jax import carry, models, paper, pretrained, reproduce
-from pncnn_jax.data import make_iterator, synthetic, synthetic_cache
+from pncnn_jax.data import make_iterator, synthetic_cache
 
 
 def test_cached_scenes_equal_rendered_scenes(tmp_path):
@@ -169,7 +169,8 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
       summary["runs"]["ncnn_oracle_c0"]["metrics"]["mae"], rel=1e-6)  # the same evaluation, measured twice
   variables, manifest = pretrained.load("synthetic:ncnn_conf_l1_masked", root=ship.parent)
   assert manifest["mask_input_confidence"] is True and manifest["step"] == 6
-  assert manifest["config"]["variant"] == "ncnn_conf_l1" and manifest["config"]["model"]["mask_input_confidence"] is True
+  assert (manifest["config"]["variant"] == "ncnn_conf_l1"
+          and manifest["config"]["model"]["mask_input_confidence"] is True)
   import ml_collections
   from pncnn_jax import results
   again = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
@@ -294,7 +295,8 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
   assert report.scale_section(tmp_path / report.LONG_PAGE, summary) == []  # not written: nothing
   long = {"scale": "long", "date": "2026-11-27", "commit": "0123456789abcdef",
           "recipe": {"steps_per_epoch": 250, "num_epochs": 20, "lr_decay_epochs": 16, "test_scenes": 96},
-          "runs": {"sv": _table_run(521.2, 2290, 0.047, 0.21, 0.83, True), "only_long": _table_run(1, 1, 1, 1, 1, True)},
+          "runs": {"sv": _table_run(521.2, 2290, 0.047, 0.21, 0.83, True),
+                   "only_long": _table_run(1, 1, 1, 1, 1, True)},
           "claims": [{"claim": "(b) the learned c0 of `sv` singles out", "holds": True, "numbers": "AUROC 0.83"},
                      {"claim": "(b) the learned c0 of `zz` singles out", "holds": False, "numbers": "AUROC 0.1"},
                      {"claim": "(c) `sv` AUSE below", "holds": None, "numbers": ""}]}  # not measured: left out
@@ -302,8 +304,9 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
   lines = report.scale_section(tmp_path / report.LONG_PAGE, summary)  # reads RESULTS_LONG.json beside it
   assert lines[1] == "## Training 5000 steps (long scale)" and "[RESULTS_LONG.md](RESULTS_LONG.md)" in lines[3]
   rows = [ln for ln in lines if ln.startswith("| `")]
+  # only runs on both pages
   assert rows == ["| `sv` | 565.4 -> 521.2 | 2357 -> 2290 | 0.0519 -> 0.047 | 0.233 -> 0.21 | 0.789 -> 0.83 | "
-                  "0.8 -> 0.8 | 0.2 / 0.5 -> 0.2 / 0.5 | no (-3.1 %, still falling) -> yes |"]  # only runs on both pages
+                  "0.8 -> 0.8 | 0.2 / 0.5 -> 0.2 / 0.5 | no (-3.1 %, still falling) -> yes |"]
   assert "- (b) the learned c0 of `sv` singles out: **holds**. AUROC 0.83." in lines
   rose = _table_run(1, 2, 0.1, 0.1, 0.5, False) | {"convergence": {"flat": False, "rmse_change_last_30pct": 0.084}}
   assert report._cells("r", rose)[-1] == "no (+8.4 %, rose: its best came earlier)"  # pylint: disable=protected-access
@@ -432,13 +435,15 @@ def test_claims_carry_their_spread_over_seeds():
   got = {c: (ok, nums) for c, ok, nums in claims.claims(runs, None)}
   d = got["(d) `pncnn_beta_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"]
   c = got[f"(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
-  assert d[0] is True and d[1].endswith("over seeds 0-1 of the same recipe it holds for 1 of 2 (table 'Spread over seeds')")
+  assert d[0] is True and d[1].endswith(
+      "over seeds 0-1 of the same recipe it holds for 1 of 2 (table 'Spread over seeds')")
   assert c[0] is False and c[1].endswith("it holds for 1 of 2 (table 'Spread over seeds')")  # no reference seeds
   runs["ncnn_conf_l1_masked_seed1"] = _fake_run(500, 2500, 0.3, 0.9, 0.85, 0.01, 0.2)
   runs["ncnn_conf_l1_masked_seed2"] = _fake_run(500, 2500, 0.4, 0.9, 0.85, 0.01, 0.2)
   c = {t: n for t, _, n in claims.claims(runs, None)}[
       f"(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
-  assert c.endswith("; means over seeds 0-1 and seeds 0-2: 0.105 vs 0.300 (ratio 0.35)")  # (0.12+0.09)/2, (0.2+0.3+0.4)/3
+  # (0.12+0.09)/2, (0.2+0.3+0.4)/3
+  assert c.endswith("; means over seeds 0-1 and seeds 0-2: 0.105 vs 0.300 (ratio 0.35)")
   del runs["ncnn_conf_l1_masked_seed1"], runs["ncnn_conf_l1_masked_seed2"]
   lines = claims.seed_lines(runs)
   assert "(`pncnn_masked`, `pncnn_beta_masked`)" in lines[3]
@@ -465,7 +470,8 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
           "ncnn_conf_l2_masked": _fake_run(600, 2400, 0.8, *bad),
           **{n: _fake_run(700, 2800, 0.1, *(good if i == 0 else bad))
              for i, n in enumerate(("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3"))},
-          "pncnn_beta_masked": _fake_run(600, 2500, 0.05, *bad), "pncnn_beta_masked_seed1": _fake_run(620, 2500, 0.05, *bad)}
+          "pncnn_beta_masked": _fake_run(600, 2500, 0.05, *bad),
+          "pncnn_beta_masked_seed1": _fake_run(620, 2500, 0.05, *bad)}
   lines = claims.data_term_lines(runs)
   table = [ln for ln in lines if ln.startswith("| `")]
   assert [ln.split(" | ")[0] for ln in table] == ["| `ncnn_conf_l1_masked` (3)", "| `laplace_masked` (3)",
@@ -505,8 +511,9 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   assert got[f"(c) `sparse_var_beta_detach_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= "
              f"{results.AUSE_RATIO_MAX})"][0] is True  # 0.05 / 0.2
   runs["sparse_var_beta_detach_masked_seed1"] = _fake_run(560, 2400, 0.06, *good)
-  assert any(ln.startswith("- **(c) and the detached variance UNet.** AUSE (pNCNN) `pncnn_beta_masked` 0.050, 0.050; "
-                           "`sparse_var_beta_detach_masked` 0.050, 0.060. Detached,") for ln in claims.data_term_lines(runs))
+  assert any(ln.startswith("- **(c) and the detached variance UNet.** AUSE (pNCNN) `pncnn_beta_masked` "
+                           "0.050, 0.050; `sparse_var_beta_detach_masked` 0.050, 0.060. Detached,")
+             for ln in claims.data_term_lines(runs))
   # A page where only some seeds are finished (the long scale): each recipe with the seeds it has; with no run whose
   # variance UNet trains c0, the detached count stands alone (was '0 of 0').
   part = {n: runs[n] for n in ("ncnn_conf_l1_masked", "ncnn_conf_l2_masked", "sparse_var_beta_detach_masked",

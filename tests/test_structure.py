@@ -17,8 +17,8 @@ PACKAGE = REPO / "pncnn_jax"
 LAYERS = [
     ["hostmem", "compile_cache", "cli", "distributed", "viz", "flow_viz", "run_files", "conv", "prng", "data.sparsify",
      "data.io", "pretrained"],
-    ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth", "data.nyu_depth",
-     "data.build", "data.flow_scene", "data.flow_synthetic"],
+    ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth",
+     "data.nyu_depth", "data.build", "data.flow_scene", "data.flow_synthetic"],
     ["layers", "metrics", "flow_metrics", "data.pipeline", "data"],
     ["models", "flow"],
     ["losses", "flow_losses", "torch_pickle", "torch_names", "checkpointing", "sharding"],

@@ -136,7 +136,8 @@ def test_parameters_after_one_adam_step(shared_dir, case):
   golden, variables, _, _, _, _, new_state, _, _ = _run(case)
   p0 = _torch_names(variables["params"], variables["batch_stats"])
   p1 = _torch_names(new_state.params, variables["batch_stats"])
-  for name, p1_ref in ((k[len("param_after_step/"):], v) for k, v in golden.items() if k.startswith("param_after_step/")):
+  for name, p1_ref in ((k[len("param_after_step/"):], v)
+                       for k, v in golden.items() if k.startswith("param_after_step/")):
     scale = np.maximum(1.0, np.abs(p0[name]))
     assert np.all(np.abs(p1[name] - p0[name]) <= LR + 2e-6 * scale), name
     g_ref = golden[f"grad/{name}"]

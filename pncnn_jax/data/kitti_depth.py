@@ -13,7 +13,6 @@ then read with `tfds.data_source('kitti_depth', split=..., data_dir=DATA_DIR)` (
 
 from __future__ import annotations
 
-import collections
 import logging
 import pathlib
 import re
@@ -38,7 +37,8 @@ and unzip all three into one folder (the manual_dir), giving (docs/SPEC.md §10.
 Splits present in the folder are built: train, val, selval (val_selection_cropped), test (input only).
 """
 
-_SEL_RE = re.compile(r"^(?P<drive>.+_sync)_(?:velodyne_raw|groundtruth_depth)_(?P<frame>\d+)_(?P<cam>image_0[23])\.png$")
+_SEL_RE = re.compile(r"^(?P<drive>.+_sync)_(?:velodyne_raw|groundtruth_depth)_"
+                     r"(?P<frame>\d+)_(?P<cam>image_0[23])\.png$")
 
 
 class KittiDepthBuildError(ValueError):

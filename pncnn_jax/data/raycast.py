@@ -9,6 +9,7 @@ point is o + t d. `solids(scene)` lists (hit function, parameters, axis-aligned 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -70,8 +71,9 @@ def hit_sphere(o, d, sph):
   return np.where((disc >= 0) & (t > EPS), t, np.inf)
 
 
-def solids(scene: Scene):
-  """(hit function, parameters, axis-aligned bounding box corners (8, 3)) for every solid."""
+def solids(scene: Any):
+  """(hit function, parameters, axis-aligned bounding box corners (8, 3)) for every solid of `scene`, a
+  `pncnn_jax.data.synthetic.Scene` (not imported here: that module imports this one)."""
   out = []
   for b in scene.boxes:
     cx, cy, cz, hx, hy, hz, yaw = b
