@@ -17,9 +17,10 @@ def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, s
             main_order: Sequence[str], ablation_order: Sequence[str]) -> list[tuple[str, str]]:
   """Draws the page's figures into `figdir` and returns their (file name, caption) pairs.
 
-  sparsification.png  every run's sparsification curve (pNCNN normalisation), in `main_order` then
-                      `ablation_order` (the first name of each is skipped: it is the reference row of its table),
-                      the ablations dash-dotted, and the oracle of pncnn_masked.
+  sparsification.png  every run's sparsification curve (pNCNN normalisation) in two panels: `main_order` (left;
+                      its first name, the oracle-c0 NCNN, left out) and `ablation_order` (right; its first name, the
+                      reference row of its table, drawn in black; a name of both orders is drawn here only), each
+                      with the oracle of pncnn_masked.
   c0_histogram.png    the learned input confidence on disturbed vs clean input points, one panel per c0 model.
   panels.png          one held-out scene (input, truth; each model's prediction, error, uncertainty and c0), from
                       <workdir>/eval/<run>_panels.npz.
@@ -30,28 +31,10 @@ def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, s
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   out = []
   if runs:
-    fig, ax = plt.subplots(figsize=(11, 5.5))
-    first = next(iter(runs.values()))
-    fr = np.asarray(first["sparsification"]["fractions"])
-    colours = plt.get_cmap("tab20").colors  # more than the 10 of the default cycle: one colour per model
-    for i, name in enumerate(dict.fromkeys(n for n in tuple(main_order[1:]) + tuple(ablation_order[1:]) if n in runs)):
-      sp = runs[name]["sparsification"]
-      ax.plot(fr, sp["model"], label=name, lw=1.2, color=colours[(2 * i) % 20 + (2 * i) // 20],
-              linestyle="-" if name in main_order else "-.")
-    ax.plot(fr, runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs
-            else first["sparsification"]["oracle"], "k--", lw=1.5, label="oracle (pncnn_masked errors)")
-    ax.set_xlabel("fraction of pixels removed (least confident first)")
-    ax.set_ylabel("RMSE of the pixels kept (normalised, unitless)")
-    ax.set_title(f"Sparsification curves on {scenes}\npNCNN normalisation: each model curve / its max, "
-                 "oracle / its first value", fontsize=9)
-    ax.legend(fontsize=7, title=viz.SPARSIFICATION_NOTES["pncnn"], title_fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))  # beside the axes: inside, it hid curves
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(figdir / "sparsification.png", dpi=110)
-    plt.close(fig)
-    out.append(("sparsification.png", "Sparsification curves of every model (pNCNN normalisation; lower is "
-                "better; the area between a model's curve and the oracle is its AUSE)."))
+    _sparsification(runs, figdir, scenes, main_order, ablation_order, plt)
+    out.append(("sparsification.png", "Sparsification curves (pNCNN normalisation; lower is better; the area between "
+                "a model's curve and the oracle is its AUSE): left the paper's models, right the pNCNN variants "
+                "(ablations and our options) against `pncnn_masked`."))
   learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked", "pncnn_beta_masked",
                          "sparse_var_beta_detach_masked") if n in runs]
   if learned:
@@ -126,3 +109,38 @@ def _panel(runs, workdir, figdir, plt, crop):
   plt.close(fig)
   return ("panels.png", "One held-out scene: input, ground truth, and for each model the prediction, its error, "
           "its uncertainty and its input confidence.")
+
+
+def _sparsification(runs: dict[str, Any], figdir: pathlib.Path, scenes: str, main_order: Sequence[str],
+                    ablation_order: Sequence[str], plt: Any) -> None:
+  """sparsification.png: two panels, the paper's models and the pNCNN variants, each against the same oracle."""
+  first = next(iter(runs.values()))
+  fr = np.asarray(first["sparsification"]["fractions"])
+  oracle = runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs else first["sparsification"][
+      "oracle"]
+  ablations = tuple(n for n in ablation_order[1:] if n in runs)
+  panels = [("the paper's models", tuple(n for n in main_order[1:] if n in runs and n not in ablation_order[1:]),
+             None)]
+  if ablations:
+    panels.append(("pNCNN variants: ablations and options", ablations,
+                   ablation_order[0] if ablation_order[0] in runs else None))
+  fig, axes = plt.subplots(1, len(panels), figsize=(7.2 * len(panels), 6.2), squeeze=False, sharey=True)
+  colours = plt.get_cmap("tab20").colors  # one colour per curve within a panel: dark shades first, then light
+  for ax, (title, names, reference) in zip(axes[0], panels):
+    if reference:
+      ax.plot(fr, runs[reference]["sparsification"]["model"], color="k", lw=1.8, label=f"{reference} (reference)")
+    for i, name in enumerate(names):
+      ax.plot(fr, runs[name]["sparsification"]["model"], label=name, lw=1.3,
+              color=colours[(2 * i) % 20 + (2 * i) // 20], linestyle="-" if i < 10 else "-.")
+    ax.plot(fr, oracle, "k--", lw=1.5, label="oracle (pncnn_masked errors)")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("fraction of pixels removed (least confident first)")
+    ax.grid(alpha=0.3)
+    # below the axes: inside, it hid curves
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+  axes[0][0].set_ylabel("RMSE of the pixels kept (normalised, unitless)")
+  fig.suptitle(f"Sparsification curves on {scenes}\n" + viz.SPARSIFICATION_NOTES["pncnn"].replace("\n", " "),
+               fontsize=9)
+  fig.tight_layout()
+  fig.savefig(figdir / "sparsification.png", dpi=110)
+  plt.close(fig)
