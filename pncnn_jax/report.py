@@ -11,7 +11,7 @@ import pathlib
 from typing import Any
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import ensemble, flow_report, pretrained, report_distance, report_figures, results
+from pncnn_jax import ensemble, flow_report, paper, pretrained, report_distance, report_figures, results
 from pncnn_jax.run_files import flat_label
 from pncnn_jax.run_files import format_value as _f
 
@@ -67,6 +67,8 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   if intro is None and path.name == MAIN_PAGE:
     lines += scale_section(path.parent / LONG_PAGE, summary)
     lines += flow_section(path.parent / "RESULTS_FLOW.json")
+  if intro is None and path.name == LONG_PAGE:  # the runs retrained longer because they had not converged
+    lines += longer_section(path.parent / LONGER_PAGE, summary)
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text("\n".join(lines) + "\n")
   claims_json = [{"claim": c, "holds": ok, "numbers": nums} for c, ok, nums in claims]
@@ -76,6 +78,7 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
 
 MAIN_PAGE = "RESULTS.md"  # the cpu-scale page; the other scales' pages sit beside it
 LONG_PAGE = "RESULTS_LONG.md"
+LONGER_PAGE = "RESULTS_LONGER.md"  # the 'longer' scale: the long page's runs that were still falling, 2x longer
 
 
 def page_name(scale: str) -> str:
@@ -93,9 +96,9 @@ _SCALE_COLUMNS = ("MAE [mm]", "RMSE [mm]", "AUSE (pNCNN)", "NLL", "AUROC low c0 
                   "same, within depth deciles", "mean c0 disturbed / clean", "val curve flat")  # of HEADER
 
 
-def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]:
+def scale_section(long_page: pathlib.Path, summary: dict[str, Any], with_claims: bool = True) -> list[str]:
   """The runs of another scale's page (`long_page`, read from its .json) against the same runs here, with that page's
-  claims on them: what training longer changes; nothing when it has not been written."""
+  claims on them (`with_claims`): what training longer changes; nothing when it has not been written."""
   long_json = long_page.with_suffix(".json")
   long_summary = json.loads(long_json.read_text()) if long_json.exists() else {"runs": {}}
   names = [n for n in long_summary["runs"] if n in summary["runs"]]
@@ -104,10 +107,12 @@ def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]
   recipe = long_summary["recipe"]
   steps = recipe["steps_per_epoch"] * recipe["num_epochs"]
   lines = ["", f"## Training {steps} steps ({long_summary['scale']} scale)", "",
-           f"From [{LONG_PAGE}]({LONG_PAGE}) ({long_summary['date']}, commit {str(long_summary['commit'])[:10]}): "
+           f"From [{long_page.name}]({long_page.name}) ({long_summary['date']}, commit "
+           f"{str(long_summary['commit'])[:10]}): "
            f"the runs trained with the same recipe for {steps} steps (lr x0.1 after "
            f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']}), evaluated on the same "
-           f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the long run's.", "",
+           f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the "
+           f"{long_summary['scale']} run's.", "",
            "| run | " + " | ".join(_SCALE_COLUMNS) + " |", "|" + "---|" * (len(_SCALE_COLUMNS) + 1)]
   picked = [HEADER.split("\n")[0].strip("| ").split(" | ").index(c) for c in _SCALE_COLUMNS]
   cells = lambda e: [_cells("", e)[i] for i in picked]  # noqa: E731
@@ -116,9 +121,30 @@ def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]
     lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(here, there)) + " |")
   kept = [c for c in long_summary.get("claims", []) if c["holds"] is not None  # measured, and on these runs
           and any(f"`{n}`" in c["claim"] or f"{n}:" in c["numbers"] for n in names)]
-  if kept:
+  if kept and with_claims:
     lines += ["", f"The claims on that page ({steps} steps):", ""]
     lines += [_claim_line(c["claim"], c["holds"], c["numbers"]) for c in kept]
+  return lines
+
+
+def longer_section(longer_page: pathlib.Path, summary: dict[str, Any]) -> list[str]:
+  """scale_section of the 'longer' page (the runs of this page that had not converged, retrained 2x longer), then
+  this page's claims with those runs in place of their shorter versions: the references and every other run stay
+  as they are here (a converged reference would not move), and the other seeds of a retrained run are left out (they
+  were not retrained); each such claim names the unequal training lengths. Nothing when that page is not written."""
+  lines = scale_section(longer_page, summary, with_claims=False)
+  if not lines:
+    return []
+  longer = json.loads(longer_page.with_suffix(".json").read_text())
+  runs = summary["runs"]
+  retrained = [n for n in longer["runs"] if n in runs]
+  others = {m for n in retrained for m in paper.SEED_GROUPS.get(n, ()) if m != n}
+  merged = {n: r for n, r in runs.items() if n not in others} | {n: longer["runs"][n] for n in retrained}
+  mixed = [c for c in claims_lib.claims(merged, None)
+           if c[1] is not None and any(f"`{n}`" in c[0] or f"{n}:" in c[2] for n in retrained)]
+  if mixed:
+    lines += ["", "This page's claims with the retrained runs in their place (every other run as above):", ""]
+    lines += [_claim_line(*c) for c in mixed]
   return lines
 
 

@@ -315,6 +315,37 @@ def test_results_page_compares_the_runs_trained_longer(tmp_path):
   assert report.figure_folder(tmp_path / "RESULTS.md") == report.figure_folder(tmp_path / "results.md") == "results"
 
 
+def test_long_page_puts_the_runs_retrained_longer_into_its_claims(tmp_path):
+  """The long page shows the runs of RESULTS_LONGER.json ('here -> longer') and its claims with those runs in place
+  of their 5000-step versions, against its own references, naming the unequal lengths; the retrained run's other
+  seeds (not retrained) leave its claims, and claims on no retrained run are not repeated."""
+  from pncnn_jax import report
+  summary = {"runs": {"ncnn_conf_l1_masked": _table_run(500, 2600, 0.5, 0.1, 0.9, True) | {"step": 5000},
+                      "pncnn_masked": _table_run(700, 3000, 0.07, 0.2, 0.6, False) | {"step": 5000},
+                      "pncnn_masked_seed1": _table_run(710, 3100, 0.07, 0.2, 0.3, True) | {"step": 5000}}}
+  assert report.longer_section(tmp_path / report.LONGER_PAGE, summary) == []  # not written: nothing
+  longer = {"scale": "longer", "date": "2026-11-29", "commit": "0123456789abcdef",
+            "recipe": {"steps_per_epoch": 250, "num_epochs": 40, "lr_decay_epochs": 32, "test_scenes": 96},
+            "runs": {"pncnn_masked": _table_run(540, 2700, 0.06, 0.1, 0.85, True) | {"step": 10000}},
+            "claims": [{"claim": "(b) the learned c0 of `pncnn_masked` singles out", "holds": True, "numbers": ""}]}
+  (tmp_path / "RESULTS_LONGER.json").write_text(json.dumps(longer))
+  lines = report.longer_section(tmp_path / report.LONGER_PAGE, summary)
+  assert lines[1] == "## Training 10000 steps (longer scale)"
+  assert "[RESULTS_LONGER.md](RESULTS_LONGER.md)" in lines[3] and lines[3].endswith("then the longer run's.")
+  assert [ln for ln in lines if ln.startswith("| `")] == [
+      "| `pncnn_masked` | 700 -> 540 | 3000 -> 2700 | 0.07 -> 0.06 | 0.2 -> 0.1 | 0.6 -> 0.85 | 0.8 -> 0.8 | "
+      "0.2 / 0.5 -> 0.2 / 0.5 | no (-3.1 %, still falling) -> yes |"]
+  claims = [ln for ln in lines if ln.startswith("- (")]
+  assert ("- (d) `pncnn_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE: **holds**. MAE 540 vs 500 mm "
+          "(+8.0 %), RMSE 2700 vs 2600 mm (+3.8 %); unequal training lengths: `pncnn_masked` 10000 steps, "
+          "`ncnn_conf_l1_masked` 5000 steps.") in claims
+  assert any(ln.startswith("- (b) the learned c0 of `pncnn_masked` singles out the disturbed points: **holds**")
+             for ln in claims)
+  assert any(ln.startswith("- (c) `pncnn_masked` AUSE") for ln in claims)
+  assert len(claims) == 3  # (b), (c), (d) of pncnn_masked: not (b) of ncnn_conf_l1_masked, nor the longer page's own
+  assert not any("seeds" in ln for ln in lines)  # seed 1 was not retrained: no spread over seeds 0-1
+
+
 def test_results_page_names_the_scale_of_each_shipped_model(tmp_path):
   from pncnn_jax import report
   assert report.shipped_lines(tmp_path) == []  # nothing shipped: no line
