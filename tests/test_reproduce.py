@@ -562,52 +562,52 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
 def test_why_section_explains_the_official_ncnn_conf_without_pncnn():
   """The 'why the official network fails' section speaks of the official NCNN-Conf runs (claim (a)) from their own
   numbers, also on a page without the pNCNN pair (the long page)."""
-  from pncnn_jax import report  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
   c0 = {"c0_mean_empty": 0.0022, "empty_weight_share": 0.026, "c0_mean_clean": 0.915, "c0_mean_disturbed": 0.953,
         "auroc": 0.377, "auroc_depth_bins": 0.286}
   runs = {"ncnn": {"metrics": {"mae": 600.0, "rmse": 3000.0}},
           "ncnn_conf_l1": {"step": 5000, "metrics": {"mae": 525.0, "rmse": 3300.0}, "c0": c0}}
-  text = report._why(runs)
+  text = report_why.why(runs)
   assert text.startswith("The official NCNN-Conf has the same extra task")
   assert ("`ncnn_conf_l1` (5000 steps) gives the empty pixels mean c0 0.0022, 2.6 % of the input confidence NConv "
           "receives; its MAE / RMSE are 525 / 3300 mm (-12.5 % / +10.0 % against NCNN)") in text
   assert "0.915 on clean and 0.953 on disturbed points (AUROC 0.38, 0.29 within depth deciles)." in text
   assert "pncnn" not in text
-  assert report._why({"ncnn": runs["ncnn"]}).startswith("Needs the")
+  assert report_why.why({"ncnn": runs["ncnn"]}).startswith("Needs the")
 
 
 def test_why_section_says_when_the_leak_no_longer_explains_a_reversed_c0():
   """The official pNCNN's reversed c0 is put down to the empty pixels' leak only while that leak is open."""
-  from pncnn_jax import report  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
   def run(share, disturbed, step):
     c0 = {"c0_mean_empty": 0.01, "empty_weight_share": share, "c0_mean_clean": 8.25, "c0_mean_disturbed": disturbed,
           "auroc": 0.18, "auroc_depth_bins": 0.32, "empty_fraction": 0.92, "mean_depth_disturbed_m": 49.0,
           "mean_depth_clean_m": 27.0, "c0_depth_rank_corr_clean": 0.75}
     return {"step": step, "metrics": {"mae": 815.0, "rmse": 3141.0}, "c0": c0}
   masked = run(0.0, 0.17, 5000) | {"c0": run(0.0, 0.17, 5000)["c0"] | {"c0_mean_clean": 1.1, "auroc": 0.91}}
-  closed = report._why_pncnn({"pncnn": run(0.0049, 12.6, 5000), "pncnn_masked": masked})
+  closed = report_why.why_pncnn({"pncnn": run(0.0049, 12.6, 5000), "pncnn_masked": masked})
   assert "The empty pixels hold 0.49 % of all the input confidence" in closed
   assert "At 5000 steps the leak is nearly closed, yet c0 stays higher on the disturbed points, so" in closed
-  open_ = report._why_pncnn({"pncnn": run(0.22, 13.8, 1000), "pncnn_masked": masked})
+  open_ = report_why.why_pncnn({"pncnn": run(0.22, 13.8, 1000), "pncnn_masked": masked})
   assert "The empty pixels hold 22 % of all" in open_ and "leak is nearly closed" not in open_
-  assert "leak is nearly closed" not in report._why_pncnn({"pncnn": run(0.0049, 4.0, 5000), "pncnn_masked": masked})
+  assert "leak is nearly closed" not in report_why.why_pncnn({"pncnn": run(0.0049, 4.0, 5000), "pncnn_masked": masked})
 
 
 def test_discussion_follows_the_numbers_it_quotes():
   """The discussion's (b) and (c) paragraphs say 'better'/'worse' and 'less'/'no less' as their numbers read, and
   give the seed range only when every seed of the recipe is there."""
-  from pncnn_jax import report  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
   def run(ause, auroc, bins):
     return {"uncertainty": {"ause_pncnn": ause}, "metrics": {"mae": 1.0, "rmse": 1.0},
             "c0": {"auroc": auroc, "auroc_depth_bins": bins, "c0_mean_clean": 0.9, "c0_mean_disturbed": 0.95}}
   runs = {"pncnn_masked": run(0.08, 0.91, 0.86), "ncnn_conf_l1_masked": run(0.51, 0.90, 0.84),
           "ncnn_conf_l1": run(0.33, 0.38, 0.29)}
-  text = "\n".join(report._discussion(runs))
+  text = "\n".join(report_why.discussion(runs))
   assert "AUSE 0.510 (worse than 0.330 for the official `ncnn_conf_l1`)" in text
   assert "separates the disturbed points no less sharply than NCNN-Conf's" in text and "ranges from" not in text
   runs["ncnn_conf_l1_masked"] = run(0.2, 0.92, 0.87)
   runs |= {f"pncnn_masked_seed{k}": run(0.1, a, 0.7) for k, a in ((1, 0.18), (2, 0.5), (3, 0.6))}
-  text = "\n".join(report._discussion(runs))
+  text = "\n".join(report_why.discussion(runs))
   assert "AUSE 0.200 (better than 0.330" in text and "separates the disturbed points less sharply" in text
   assert "over seeds 0-3 its AUROC ranges from 0.18 to 0.91" in text
 

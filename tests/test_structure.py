@@ -27,7 +27,7 @@ LAYERS = [
     ["evaluate", "flow_eval"],
     ["ensemble", "predict", "export"],
     ["train", "results", "ensemble_train"],
-    ["report", "report_figures", "report_distance", "flow_report", "claims", "carry"],
+    ["report", "report_figures", "report_distance", "report_why", "flow_report", "claims", "carry"],
     ["demo", "reproduce", "flow_reproduce"],
 ]
 MAX_LINES = 400
