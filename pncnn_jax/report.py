@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any
+from typing import Any, Sequence
 
 from pncnn_jax import claims as claims_lib
 from pncnn_jax import (ensemble, flow_report, paper, pretrained, report_distance, report_figures, report_why,
@@ -97,55 +97,72 @@ _SCALE_COLUMNS = ("MAE [mm]", "RMSE [mm]", "AUSE (pNCNN)", "NLL", "AUROC low c0 
                   "same, within depth deciles", "mean c0 disturbed / clean", "val curve flat")  # of HEADER
 
 
-def scale_section(long_page: pathlib.Path, summary: dict[str, Any], with_claims: bool = True) -> list[str]:
+def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]:
   """The runs of another scale's page (`long_page`, read from its .json) against the same runs here, with that page's
-  claims on them (`with_claims`): what training longer changes; nothing when it has not been written."""
-  long_json = long_page.with_suffix(".json")
-  long_summary = json.loads(long_json.read_text()) if long_json.exists() else {"runs": {}}
-  names = [n for n in long_summary["runs"] if n in summary["runs"]]
-  if not names:
-    return []
-  recipe = long_summary["recipe"]
-  steps = recipe["steps_per_epoch"] * recipe["num_epochs"]
-  lines = ["", f"## Training {steps} steps ({long_summary['scale']} scale)", "",
-           f"From [{long_page.name}]({long_page.name}) ({long_summary['date']}, commit "
-           f"{str(long_summary['commit'])[:10]}): "
-           f"the runs trained with the same recipe for {steps} steps (lr x0.1 after "
-           f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']}), evaluated on the same "
-           f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the "
-           f"{long_summary['scale']} run's.", "",
-           "| run | " + " | ".join(_SCALE_COLUMNS) + " |", "|" + "---|" * (len(_SCALE_COLUMNS) + 1)]
-  picked = [HEADER.split("\n")[0].strip("| ").split(" | ").index(c) for c in _SCALE_COLUMNS]
-  cells = lambda e: [_cells("", e)[i] for i in picked]  # noqa: E731
-  for n in names:
-    here, there = cells(summary["runs"][n]), cells(long_summary["runs"][n])
-    lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(here, there)) + " |")
-  kept = [c for c in long_summary.get("claims", []) if c["holds"] is not None  # measured, and on these runs
-          and any(f"`{n}`" in c["claim"] or f"{n}:" in c["numbers"] for n in names)]
-  if kept and with_claims:
+  claims on them: what training longer changes; nothing when it has not been written."""
+  other = _read_page(long_page)
+  lines = _scale_table(other, long_page.name, summary)
+  names = [n for n in other["runs"] if n in summary["runs"]]
+  kept = [c for c in other.get("claims", []) if c["holds"] is not None  # measured, and on these runs
+          and _on_runs(c["claim"], c["numbers"], names)]
+  if lines and kept:
+    steps = other["recipe"]["steps_per_epoch"] * other["recipe"]["num_epochs"]
     lines += ["", f"The claims on that page ({steps} steps):", ""]
     lines += [_claim_line(c["claim"], c["holds"], c["numbers"]) for c in kept]
   return lines
 
 
 def longer_section(longer_page: pathlib.Path, summary: dict[str, Any]) -> list[str]:
-  """scale_section of the 'longer' page (the runs of this page that had not converged, retrained 2x longer), then
-  this page's claims with those runs in place of their shorter versions: the references and every other run stay
-  as they are here (a converged reference would not move), and the other seeds of a retrained run are left out (they
-  were not retrained); each such claim names the unequal training lengths. Nothing when that page is not written."""
-  lines = scale_section(longer_page, summary, with_claims=False)
+  """scale_section's table of the 'longer' page (the runs of this page that had not converged, retrained 2x longer),
+  then this page's claims with those runs in place of their shorter versions: the references and every other run
+  stay as they are here (a converged reference would not move), and the other seeds of a retrained run are left out
+  (they were not retrained); each such claim names the unequal training lengths. Nothing when that page is not
+  written."""
+  longer = _read_page(longer_page)
+  lines = _scale_table(longer, longer_page.name, summary)
   if not lines:
     return []
-  longer = json.loads(longer_page.with_suffix(".json").read_text())
   runs = summary["runs"]
   retrained = [n for n in longer["runs"] if n in runs]
   others = {m for n in retrained for m in paper.SEED_GROUPS.get(n, ()) if m != n}
   merged = {n: r for n, r in runs.items() if n not in others} | {n: longer["runs"][n] for n in retrained}
-  mixed = [c for c in claims_lib.claims(merged, None)
-           if c[1] is not None and any(f"`{n}`" in c[0] or f"{n}:" in c[2] for n in retrained)]
+  mixed = [c for c in claims_lib.claims(merged, None) if c[1] is not None and _on_runs(c[0], c[2], retrained)]
   if mixed:
     lines += ["", "This page's claims with the retrained runs in their place (every other run as above):", ""]
     lines += [_claim_line(*c) for c in mixed]
+  return lines
+
+
+def _read_page(page: pathlib.Path) -> dict[str, Any]:
+  """The summary JSON beside another page (`page`.json), or one without runs when it has not been written."""
+  path = page.with_suffix(".json")
+  return json.loads(path.read_text()) if path.exists() else {"runs": {}}
+
+
+def _on_runs(claim: str, numbers: str, names: Sequence[str]) -> bool:
+  """Whether a claim line is about one of `names`: named in its title or giving that run's numbers."""
+  return any(f"`{n}`" in claim or f"{n}:" in numbers for n in names)
+
+
+def _scale_table(other: dict[str, Any], page_name_: str, summary: dict[str, Any]) -> list[str]:
+  """The heading and the table 'here -> there' of the runs on both pages; [] when they share none."""
+  names = [n for n in other["runs"] if n in summary["runs"]]
+  if not names:
+    return []
+  recipe = other["recipe"]
+  steps = recipe["steps_per_epoch"] * recipe["num_epochs"]
+  lines = ["", f"## Training {steps} steps ({other['scale']} scale)", "",
+           f"From [{page_name_}]({page_name_}) ({other['date']}, commit {str(other['commit'])[:10]}): "
+           f"the runs trained with the same recipe for {steps} steps (lr x0.1 after "
+           f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']}), evaluated on the same "
+           f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the "
+           f"{other['scale']} run's.", "",
+           "| run | " + " | ".join(_SCALE_COLUMNS) + " |", "|" + "---|" * (len(_SCALE_COLUMNS) + 1)]
+  picked = [HEADER.split("\n")[0].strip("| ").split(" | ").index(c) for c in _SCALE_COLUMNS]
+  cells = lambda e: [_cells("", e)[i] for i in picked]  # noqa: E731
+  for n in names:
+    here, there = cells(summary["runs"][n]), cells(other["runs"][n])
+    lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(here, there)) + " |")
   return lines
 
 

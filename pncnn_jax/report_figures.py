@@ -116,8 +116,7 @@ def _sparsification(runs: dict[str, Any], figdir: pathlib.Path, scenes: str, mai
   """sparsification.png: two panels, the paper's models and the pNCNN variants, each against the same oracle."""
   first = next(iter(runs.values()))
   fr = np.asarray(first["sparsification"]["fractions"])
-  oracle = runs["pncnn_masked"]["sparsification"]["oracle"] if "pncnn_masked" in runs else first["sparsification"][
-      "oracle"]
+  oracle = (runs["pncnn_masked"] if "pncnn_masked" in runs else first)["sparsification"]["oracle"]
   ablations = tuple(n for n in ablation_order[1:] if n in runs)
   panels = [("the paper's models", tuple(n for n in main_order[1:] if n in runs and n not in ablation_order[1:]),
              None)]
