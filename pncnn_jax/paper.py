@@ -28,8 +28,7 @@ SCALES: dict[str, dict[str, Any]] = {
     "long": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=20, lr_decay_epochs=16,
                  learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # The long recipe 2x longer (lr 0.01 for 8000 steps, then 2000 at 0.001), for the runs whose validation curve
-    # still falls at 5000 steps (docs/RESULTS_LONG.md, 'Convergence'): pass them with --only. About 2-4 h per
-    # pNCNN-sized run on one CPU core.
+    # still falls at 5000 steps (SCALE_RUNS). About 3.5 h per pNCNN-sized run on one CPU core, 2 h for NCNN-Conf.
     "longer": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=40, lr_decay_epochs=32,
                    learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # A few steps on tiny crops: the whole command end to end in about a minute (tests, a first look).
@@ -196,10 +195,16 @@ def jax_to_numpy(tree: Any) -> Any:
   return jax.tree.map(np.asarray, tree)
 
 
-def select(only: str | None) -> list[Run]:
-  """The runs named in a comma-separated list (all of them for an empty one)."""
+# The runs a scale trains when --only is not given, for a scale meant for some runs only (default: every run).
+# 'longer': the required runs whose validation curve docs/RESULTS_LONG.md marks as still falling at 5000 steps.
+SCALE_RUNS: dict[str, tuple[str, ...]] = {"longer": ("ncnn_conf_l2", "pncnn_masked", "pncnn_exp")}
+
+
+def select(only: str | None, scale: str | None = None) -> list[Run]:
+  """The runs named in a comma-separated list; for an empty one, those of SCALE_RUNS[scale] (all of them when the
+  scale has no such entry)."""
   if not only:
-    return list(RUNS)
+    return [RUNS_BY_NAME[n] for n in SCALE_RUNS[scale]] if scale in SCALE_RUNS else list(RUNS)
   names = [n for n in only.split(",") if n]
   unknown = [n for n in names if n not in RUNS_BY_NAME]
   if unknown:

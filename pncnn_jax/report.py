@@ -55,16 +55,26 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   figdir.mkdir(parents=True, exist_ok=True)
   figures = report_figures.figures(runs, workdir, figdir, summary["scenes"],
                                     tuple(summary["recipe"].get("eval_crop", (128, 384))), MAIN_ORDER, ABLATION_ORDER)
+  if intro is None and path.name == LONGER_PAGE:  # its runs' validation curves against their long-page versions
+    long = _read_page(path.parent / LONG_PAGE)
+    drop = lambda r: r["steps_per_epoch"] * r["lr_decay_epochs"]  # noqa: E731
+    length = lambda s: f"{s['recipe']['steps_per_epoch'] * s['recipe']['num_epochs']} steps"  # noqa: E731
+    if long["runs"]:
+      figures = report_figures.val_curves(runs, long["runs"], figdir, (drop(long["recipe"]), drop(summary["recipe"])),
+                                          (length(long), length(summary))) + figures
   claims = claims_lib.claims(runs, fusion)
   recipe = summary["recipe"]
   head = ["# Results: the paper's claims on the synthetic benchmark, with our own training", ""]
   if intro is not None:
     lines = head + [intro, ""]
+  elif path.name == LONGER_PAGE:
+    lines = longer_page(summary, path, figures, figsub)
   else:
     lines = head + _recipe_lines(summary, recipe)
-  lines += ["## The claims", ""]
-  lines += [_claim_line(*c) for c in claims]
-  lines += _tables(runs, fusion, figures, summary, figsub)
+  if path.name != LONGER_PAGE or intro is not None:
+    lines += ["## The claims", ""]
+    lines += [_claim_line(*c) for c in claims]
+    lines += _tables(runs, fusion, figures, summary, figsub)
   if intro is None and path.name == MAIN_PAGE:
     lines += scale_section(path.parent / LONG_PAGE, summary)
     lines += flow_section(path.parent / "RESULTS_FLOW.json")
@@ -112,24 +122,69 @@ def scale_section(long_page: pathlib.Path, summary: dict[str, Any]) -> list[str]
   return lines
 
 
-def longer_section(longer_page: pathlib.Path, summary: dict[str, Any]) -> list[str]:
+def longer_section(longer_page_: pathlib.Path, summary: dict[str, Any]) -> list[str]:
   """scale_section's table of the 'longer' page (the runs of this page that had not converged, retrained 2x longer),
-  then this page's claims with those runs in place of their shorter versions: the references and every other run
-  stay as they are here (a converged reference would not move), and the other seeds of a retrained run are left out
-  (they were not retrained); each such claim names the unequal training lengths. Nothing when that page is not
-  written."""
-  longer = _read_page(longer_page)
-  lines = _scale_table(longer, longer_page.name, summary)
+  then this page's claims with those runs in place of their shorter versions (`_with_retrained`). Nothing when that
+  page is not written."""
+  longer = _read_page(longer_page_)
+  lines = _scale_table(longer, longer_page_.name, summary)
   if not lines:
     return []
-  runs = summary["runs"]
-  retrained = [n for n in longer["runs"] if n in runs]
-  others = {m for n in retrained for m in paper.SEED_GROUPS.get(n, ()) if m != n}
-  merged = {n: r for n, r in runs.items() if n not in others} | {n: longer["runs"][n] for n in retrained}
-  mixed = [c for c in claims_lib.claims(merged, None) if c[1] is not None and _on_runs(c[0], c[2], retrained)]
+  mixed = _with_retrained(summary["runs"], longer["runs"])
   if mixed:
     lines += ["", "This page's claims with the retrained runs in their place (every other run as above):", ""]
     lines += [_claim_line(*c) for c in mixed]
+  return lines
+
+
+def _with_retrained(runs: dict[str, Any], retrained_runs: dict[str, Any]) -> list[tuple[str, bool, str]]:
+  """The claims of `runs` with those of `retrained_runs` in place of their shorter versions, measured and about a
+  retrained run: the references and every other run stay as they are (a converged reference would not move), and
+  the other seeds of a retrained run are left out (they were not retrained); each such claim names the unequal
+  training lengths."""
+  retrained = [n for n in retrained_runs if n in runs]
+  others = {m for n in retrained for m in paper.SEED_GROUPS.get(n, ()) if m != n}
+  merged = {n: r for n, r in runs.items() if n not in others} | {n: retrained_runs[n] for n in retrained}
+  return [c for c in claims_lib.claims(merged, None) if c[1] is not None and _on_runs(c[0], c[2], retrained)]
+
+
+def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple[str, str]],
+                figsub: str) -> list[str]:
+  """docs/RESULTS_LONGER.md without its claims list: the runs of paper.SCALE_RUNS['longer'] (still falling at the
+  long page's length) trained 2x longer, against their long-page versions (the long page's JSON beside `path`):
+  the claims with them in place, each run's change, their full rows, where their error lies, the figures (their
+  validation curves at both lengths first) and which of them are not finished."""
+  runs, recipe = summary["runs"], summary["recipe"]
+  long = _read_page(path.parent / LONG_PAGE)
+  steps = lambda r: r["steps_per_epoch"] * r["num_epochs"]  # noqa: E731
+  short = steps(long["recipe"]) if long["runs"] else None
+  title = f"the runs still falling at {short} steps, trained {steps(recipe)}" if short else "the longer scale"
+  lines = [f"# Results: {title}", "", *_recipe_lines(summary, recipe, other_pages=False),
+           f"**Why this page.** [{LONG_PAGE}]({LONG_PAGE}) counts a run as converged by the rule above; the runs it "
+           f"marks as still falling ({', '.join(f'`{n}`' for n in paper.SCALE_RUNS['longer'])}) are trained here "
+           "again with its recipe made twice as long (the same recipe up to its lr drop), and put in place of their "
+           f"shorter versions in its claims (every other run as it is there). [{LONG_PAGE}]({LONG_PAGE}) repeats "
+           "this page's table and claims in its section on this scale.", ""]
+  for n, e in runs.items():
+    lines += [f"**How `{n}` was trained.** {e['trained_by']}", ""] if e.get("trained_by") else []
+  names = [n for n in runs if n in long["runs"]]
+  if names:
+    lines += ["## The claims with these runs in place", "",
+              f"[{LONG_PAGE}]({LONG_PAGE})'s claims on these runs, with this page's runs in place of their "
+              f"{short}-step versions:", ""]
+    lines += [_claim_line(*c) for c in _with_retrained(long["runs"], runs)] or ["None of its claims is about "
+                                                                               "these runs."]
+    lines += ["", f"## {short} -> {steps(recipe)} steps", "",
+              f"Each cell gives the {short}-step run's value ({LONG_PAGE}), then this page's.", "",
+              *_pair_table(long["runs"], runs, names)]
+  lines += ["", "## Accuracy and uncertainty", "", HEADER]
+  lines += [_row(n, runs[n]) for n in MAIN_ORDER if n in runs]
+  lines += report_distance.lines(runs, MAIN_ORDER)
+  lines += ["", "## Figures", ""] + [f"![{t}]({figsub}/{f})\n\n{t}\n" for f, t in figures]
+  missing = [n for n in paper.SCALE_RUNS["longer"] if n not in runs]
+  if missing:
+    lines += ["## Not included", "", "These runs have not reached their last step; rerun the command to continue "
+              "them: " + ", ".join(f"`{n}`" for n in missing) + ".", ""]
   return lines
 
 
@@ -151,18 +206,21 @@ def _scale_table(other: dict[str, Any], page_name_: str, summary: dict[str, Any]
     return []
   recipe = other["recipe"]
   steps = recipe["steps_per_epoch"] * recipe["num_epochs"]
-  lines = ["", f"## Training {steps} steps ({other['scale']} scale)", "",
-           f"From [{page_name_}]({page_name_}) ({other['date']}, commit {str(other['commit'])[:10]}): "
-           f"the runs trained with the same recipe for {steps} steps (lr x0.1 after "
-           f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']}), evaluated on the same "
-           f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the "
-           f"{other['scale']} run's.", "",
-           "| run | " + " | ".join(_SCALE_COLUMNS) + " |", "|" + "---|" * (len(_SCALE_COLUMNS) + 1)]
+  return ["", f"## Training {steps} steps ({other['scale']} scale)", "",
+          f"From [{page_name_}]({page_name_}) ({other['date']}, commit {str(other['commit'])[:10]}): "
+          f"the runs trained with the same recipe for {steps} steps (lr x0.1 after "
+          f"{recipe['steps_per_epoch'] * recipe['lr_decay_epochs']}), evaluated on the same "
+          f"{recipe['test_scenes']} test scenes. Each cell gives this page's value, then the "
+          f"{other['scale']} run's.", "", *_pair_table(summary["runs"], other["runs"], names)]
+
+
+def _pair_table(before: dict[str, Any], after: dict[str, Any], names: Sequence[str]) -> list[str]:
+  """A table of `names`, each cell 'before's value -> after's' in the columns _SCALE_COLUMNS of HEADER."""
+  lines = ["| run | " + " | ".join(_SCALE_COLUMNS) + " |", "|" + "---|" * (len(_SCALE_COLUMNS) + 1)]
   picked = [HEADER.split("\n")[0].strip("| ").split(" | ").index(c) for c in _SCALE_COLUMNS]
   cells = lambda e: [_cells("", e)[i] for i in picked]  # noqa: E731
   for n in names:
-    here, there = cells(summary["runs"][n]), cells(other["runs"][n])
-    lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(here, there)) + " |")
+    lines.append(f"| `{n}` | " + " | ".join(f"{a} -> {b}" for a, b in zip(cells(before[n]), cells(after[n]))) + " |")
   return lines
 
 
@@ -220,7 +278,9 @@ def carried_lines(summary: dict[str, Any]) -> list[str]:
   return lines
 
 
-def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
+def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any], *, other_pages: bool = True) -> list[str]:
+  """The generating command, the carried rows, the recipe and the convergence rule; with other_pages, the shipped
+  weights and the flow experiment too."""
   carried = carried_lines(summary)
   carry = f" --carry docs/{pathlib.Path(page_name(summary['scale'])).with_suffix('.json')}" if carried else ""
   return [
@@ -246,9 +306,7 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any]) -> list[str]:
       "validation does not decide; the lr drop then only polishes); the last column says so, or gives the change: "
       "a curve still falling wants more steps, one that rose had its best earlier (longer training will not help).",
       "",
-      *shipped_lines(),
-      FLOW_LINK,
-      "",
+      *(shipped_lines() + [FLOW_LINK, ""] if other_pages else []),
   ]
 
 

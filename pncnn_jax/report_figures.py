@@ -1,4 +1,5 @@
-"""The figures of a results page (docs/RESULTS*.md): sparsification curves, c0 histograms, a qualitative panel.
+"""The figures of a results page (docs/RESULTS*.md): sparsification curves, c0 histograms, a qualitative panel, and
+for the longer scale's page the validation curves at both lengths.
 
 `pncnn_jax.report` writes the text and calls `figures`; the numbers come from `pncnn_jax.results` summaries.
 """
@@ -143,3 +144,41 @@ def _sparsification(runs: dict[str, Any], figdir: pathlib.Path, scenes: str, mai
   fig.tight_layout()
   fig.savefig(figdir / "sparsification.png", dpi=110)
   plt.close(fig)
+
+
+def val_curves(runs: dict[str, Any], before: dict[str, Any], figdir: pathlib.Path, drops: tuple[int, int],
+               labels: tuple[str, str]) -> list[tuple[str, str]]:
+  """val_curves.png: the validation RMSE and MAE [mm] (rows) of each run of `runs` that `before` also holds
+  (columns), over the training steps, its `before` version dashed; `drops` are the two recipes' lr-drop steps,
+  `labels` the two lengths' names. The axis ends at 1.5x the median, so that the first validations do not squash
+  the rest. [] when no run is on both."""
+  names = [n for n in runs if n in before and (runs[n].get("convergence") or {}).get("val_curve")
+           and (before[n].get("convergence") or {}).get("val_curve")]
+  if not names:
+    return []
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(2, len(names), figsize=(4.6 * len(names), 6.4), squeeze=False)
+  for j, name in enumerate(names):
+    curves = [np.asarray(e[name]["convergence"]["val_curve"], np.float64) for e in (before, runs)]
+    for i, metric in enumerate(("RMSE", "MAE")):
+      ax = axes[i][j]
+      for c, style, colour, label, drop in reversed(list(zip(curves, ("--", "-"), ("k", "tab:orange"), labels,
+                                                                   drops))):  # dashed on top where they agree
+        ax.plot(c[:, 0], c[:, 1 + i], style, color=colour, lw=1.4 if style == "-" else 1.1, label=label)
+        ax.axvline(drop, color=colour, ls=":", lw=1)
+      values = np.concatenate([c[:, 1 + i] for c in curves])
+      ax.set_ylim(0.9 * values.min(), 1.5 * np.median(values))
+      ax.set_xlabel("training step")
+      ax.set_ylabel(f"validation {metric} [mm]")
+      ax.grid(alpha=0.3)
+      ax.set_title(name if i == 0 else "", fontsize=10)
+    axes[0][j].legend(fontsize=7)
+  fig.suptitle("Validation curves at both lengths (dotted: each recipe's lr drop x0.1)", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(figdir / "val_curves.png", dpi=110)
+  plt.close(fig)
+  return [("val_curves.png", f"Validation RMSE and MAE of the retrained runs: {labels[0]} (dashed) and "
+           f"{labels[1]} (solid), on the validation scenes every 250 steps; dotted lines mark each recipe's "
+           "learning-rate drop.")]

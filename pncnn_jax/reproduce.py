@@ -6,7 +6,9 @@ r"""The paper's experiments on the built-in synthetic benchmark, in one resumabl
 It trains every model of the paper (NCNN, NCNN-Conf L1/L2, pNCNN, pNCNN-Exp, the ablations and a 4-member
 pNCNN ensemble) with one recipe (`pncnn_jax.paper.SCALES`), evaluates all of them on held-out test scenes (the synthetic
 'test' split: seeds that training and validation never see), and writes docs/RESULTS.md (docs/RESULTS_LONG.md for
-`--scale long`; RESULTS.md then compares the runs of both scales) and its JSON (`pncnn_jax.results`). Every run
+`--scale long`; RESULTS.md then compares the runs of both scales) and its JSON (`pncnn_jax.results`). `--scale
+longer` trains only the runs the long page marks as still falling (`pncnn_jax.paper.SCALE_RUNS`), 2x longer, and
+writes docs/RESULTS_LONGER.md; the long page then puts them in its claims. Every run
 lives in `<workdir>/runs/<name>` and resumes when the command is rerun, so the
 command can be split over several sittings: stop it at any time (a kill loses at most the steps since the last
 checkpoint) and rerun it to continue. Runs already finished are skipped.
@@ -150,7 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--workdir", required=True, help="where runs, caches and evaluations go (outside git)")
   parser.add_argument("--scale", default="cpu", choices=sorted(paper.SCALES), help="the training recipe")
   parser.add_argument("--stage", default="all", choices=("all", "train", "evaluate", "report"))
-  parser.add_argument("--only", default="", help="comma-separated run names (default: all); see pncnn_jax.paper.RUNS")
+  parser.add_argument("--only", default="", help="comma-separated run names (default: all, or the "
+                      "scale's own in pncnn_jax.paper.SCALE_RUNS); see pncnn_jax.paper.RUNS")
   parser.add_argument("--results", default="", help="the report to write (and its .json); default docs/RESULTS.md "
                       "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md)")
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
@@ -165,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.results = f"docs/{report.page_name(args.scale)}"
   os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
   try:
-    runs = paper.select(args.only)
+    runs = paper.select(args.only, args.scale)
     if workdir.exists() and not workdir.is_dir():
       raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
     if args.jobs < 1:

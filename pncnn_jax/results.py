@@ -305,6 +305,9 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
                                 lambda run=run: evaluate_run(workdir, run, scale, cache_dir))
     elif path.exists():
       evals[run.name] = json.loads(path.read_text())
+    provenance = paper.run_dir(workdir, run) / "provenance.txt"  # how the run was trained, if not by one command
+    if run.name in evals and provenance.exists():
+      evals[run.name] = {**evals[run.name], "trained_by": provenance.read_text().strip()}
   if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
     run = paper.RUNS_BY_NAME["ncnn"]
     evals["ncnn_oracle_c0"] = cached(workdir / "eval" / "ncnn_oracle_c0.json", _last_checkpoint_time(workdir, run),

@@ -346,6 +346,52 @@ def test_long_page_puts_the_runs_retrained_longer_into_its_claims(tmp_path):
   assert not any("seeds" in ln for ln in lines)  # seed 1 was not retrained: no spread over seeds 0-1
 
 
+def test_longer_scale_trains_only_the_runs_it_is_for():
+  """Without --only, the longer scale trains the runs of paper.SCALE_RUNS (not all 31 for 10000 steps); every other
+  scale trains all; --only still picks any run."""
+  from pncnn_jax import paper
+  assert [r.name for r in paper.select("", "longer")] == ["ncnn_conf_l2", "pncnn_masked", "pncnn_exp"]
+  assert paper.select("", "long") == paper.select("") == list(paper.RUNS)
+  assert [r.name for r in paper.select("ncnn", "longer")] == ["ncnn"]
+  assert all(n in paper.RUNS_BY_NAME for names in paper.SCALE_RUNS.values() for n in names)
+
+
+def test_longer_page_is_about_its_runs_only(tmp_path):
+  """docs/RESULTS_LONGER.md: the long page's claims with its runs in place (no 'not measured yet' claims of the
+  runs it does not train), each run 5000 -> 10000, how a run was trained when its folder says so, and as not
+  included only its own runs not finished; its figures start with the validation curves at both lengths."""
+  from pncnn_jax import paper, report, report_figures
+  curve = lambda n, lo: [[s, lo + 1000 * 250 / s, lo / 4 + 100 * 250 / s] for s in range(250, n + 1, 250)]  # noqa
+  short = lambda r, n, lo: r | {"step": n, "convergence": r["convergence"] | {"val_curve": curve(n, lo)}}  # noqa
+  long = {"scale": "long", "date": "2026-11-27", "commit": "0123456789abcdef", "recipe": paper.SCALES["long"],
+          "runs": {"ncnn_conf_l1_masked": short(_table_run(500, 2600, 0.5, 0.1, 0.9, True), 5000, 2500),
+                   "pncnn_masked": short(_table_run(700, 3000, 0.07, 0.2, 0.6, False), 5000, 2900),
+                   "ncnn_conf_l2": short(_table_run(660, 2320, 0.56, 0.1, 0.8, False), 5000, 2200)}}
+  (tmp_path / "RESULTS_LONG.json").write_text(json.dumps(long))
+  runs = {"pncnn_masked": short(_table_run(540, 2700, 0.06, 0.1, 0.85, True), 10000, 2600)
+          | {"trained_by": "Resumed from the long run's step-3500 checkpoint."},
+          "ncnn_conf_l2": short(_table_run(600, 2250, 0.5, 0.1, 0.82, True), 10000, 2100)}
+  summary = {"scale": "longer", "recipe": paper.SCALES["longer"], "runs": runs, "fusion": None, "date": "2026-11-28",
+             "commit": "fedcba9876543210", "jax": "0.12", "devices": ["cpu:0"], "scenes": "96 held-out test scenes"}
+  figures = report_figures.val_curves(runs, long["runs"], tmp_path, (4000, 8000), ("5000 steps", "10000 steps"))
+  assert [f for f, _ in figures] == ["val_curves.png"] and (tmp_path / "val_curves.png").stat().st_size > 10_000
+  assert report_figures.val_curves(runs, {}, tmp_path, (4000, 8000), ("a", "b")) == []
+  lines = report.longer_page(summary, tmp_path / report.LONGER_PAGE, figures, "results_longer")
+  text = "\n".join(lines)
+  assert lines[0] == "# Results: the runs still falling at 5000 steps, trained 10000"
+  assert "not measured yet" not in text and "Shipped weights" not in text
+  assert "**How `pncnn_masked` was trained.** Resumed from the long run's step-3500 checkpoint." in lines
+  claims = [ln for ln in lines if ln.startswith("- (")]
+  assert "- (d) `pncnn_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE: **holds**. MAE 540 vs 500 mm " \
+         "(+8.0 %), RMSE 2700 vs 2600 mm (+3.8 %); unequal training lengths: `pncnn_masked` 10000 steps, " \
+         "`ncnn_conf_l1_masked` 5000 steps." in claims
+  assert not any("`ncnn_conf_l1_masked` singles out" in ln for ln in claims)  # about no retrained run
+  rows = [ln for ln in lines if ln.startswith("| `pncnn_masked` | 700 -> 540 |")]
+  assert len(rows) == 1 and rows[0].endswith("| no (-3.1 %, still falling) -> yes |")
+  assert lines[-2] == "These runs have not reached their last step; rerun the command to continue them: `pncnn_exp`."
+  assert "![" in text and "(results_longer/val_curves.png)" in text
+
+
 def test_results_page_names_the_scale_of_each_shipped_model(tmp_path):
   from pncnn_jax import report
   assert report.shipped_lines(tmp_path) == []  # nothing shipped: no line
