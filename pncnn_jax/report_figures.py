@@ -7,6 +7,7 @@ for the longer scale's page the validation curves at both lengths.
 from __future__ import annotations
 
 import pathlib
+import textwrap
 from typing import Any, Sequence
 
 import numpy as np
@@ -50,8 +51,8 @@ def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, s
       ax.set_xlabel("log10 c0 (unitless)")
       ax.set_ylabel("fraction of points")
       ax.legend(fontsize=7)
-    fig.suptitle(f"Input confidence c0 at disturbed vs clean LiDAR points ({scenes}; the end bins hold all "
-                 "values beyond them)", fontsize=10)
+    _suptitle(fig, f"Input confidence c0 at disturbed vs clean LiDAR points ({scenes}; the end bins hold all "
+                   "values beyond them)", fontsize=10)
     fig.tight_layout()
     fig.savefig(figdir / "c0_histogram.png", dpi=110)
     plt.close(fig)
@@ -139,8 +140,8 @@ def _sparsification(runs: dict[str, Any], figdir: pathlib.Path, scenes: str, mai
     # below the axes: inside, it hid curves
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
   axes[0][0].set_ylabel("RMSE of the pixels kept (normalised, unitless)")
-  fig.suptitle(f"Sparsification curves on {scenes}\n" + viz.SPARSIFICATION_NOTES["pncnn"].replace("\n", " "),
-               fontsize=9)
+  _suptitle(fig, f"Sparsification curves on {scenes}\n" + viz.SPARSIFICATION_NOTES["pncnn"].replace("\n", " "),
+            fontsize=9)
   fig.tight_layout()
   fig.savefig(figdir / "sparsification.png", dpi=110)
   plt.close(fig)
@@ -159,7 +160,7 @@ def val_curves(runs: dict[str, Any], before: dict[str, Any], figdir: pathlib.Pat
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(2, len(names), figsize=(4.6 * len(names), 6.4), squeeze=False)
+  fig, axes = plt.subplots(2, len(names), figsize=(max(4.6 * len(names), 6.0), 6.6), squeeze=False)
   for j, name in enumerate(names):
     curves = [np.asarray(e[name]["convergence"]["val_curve"], np.float64) for e in (before, runs)]
     for i, metric in enumerate(("RMSE", "MAE")):
@@ -175,10 +176,17 @@ def val_curves(runs: dict[str, Any], before: dict[str, Any], figdir: pathlib.Pat
       ax.grid(alpha=0.3)
       ax.set_title(name if i == 0 else "", fontsize=10)
     axes[0][j].legend(fontsize=7)
-  fig.suptitle("Validation curves at both lengths (dotted: each recipe's lr drop x0.1)", fontsize=10)
+  _suptitle(fig, "Validation curves at both lengths (dotted: each recipe's lr drop x0.1)", fontsize=10)
   fig.tight_layout()
   fig.savefig(figdir / "val_curves.png", dpi=110)
   plt.close(fig)
   return [("val_curves.png", f"Validation RMSE and MAE of the retrained runs: {labels[0]} (dashed) and "
            f"{labels[1]} (solid), on the validation scenes every 250 steps; dotted lines mark each recipe's "
            "learning-rate drop.")]
+
+
+def _suptitle(fig: Any, text: str, fontsize: float) -> None:
+  """fig.suptitle with each line wrapped to the figure's width (a one-panel figure cut long titles off at both
+  sides): about 1.9 characters per point of figure width per point of font size."""
+  width = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
+  fig.suptitle("\n".join(textwrap.fill(line, width) for line in text.split("\n")), fontsize=fontsize)
