@@ -28,7 +28,7 @@ SCALES: dict[str, dict[str, Any]] = {
     "long": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=20, lr_decay_epochs=16,
                  learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # The long recipe 2x longer (lr 0.01 for 8000 steps, then 2000 at 0.001), for the runs whose validation curve
-    # still falls at 5000 steps (SCALE_RUNS). About 3.5 h per pNCNN-sized run on one CPU core, 2 h for NCNN-Conf.
+    # still falls at 5000 steps (SCALE_RUNS). Measured: about 4 h per pNCNN-sized run on one CPU core, 2 h for NCNN-Conf
     "longer": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=40, lr_decay_epochs=32,
                    learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # A few steps on tiny crops: the whole command end to end in about a minute (tests, a first look).
