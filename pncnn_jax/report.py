@@ -55,23 +55,16 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   figdir.mkdir(parents=True, exist_ok=True)
   figures = report_figures.figures(runs, workdir, figdir, summary["scenes"],
                                     tuple(summary["recipe"].get("eval_crop", (128, 384))), MAIN_ORDER, ABLATION_ORDER)
-  if intro is None and path.name == LONGER_PAGE:  # its runs' validation curves against their long-page versions
-    long = _read_page(path.parent / LONG_PAGE)
-    drop = lambda r: r["steps_per_epoch"] * r["lr_decay_epochs"]  # noqa: E731
-    length = lambda s: f"{s['recipe']['steps_per_epoch'] * s['recipe']['num_epochs']} steps"  # noqa: E731
-    if long["runs"]:
-      figures = report_figures.val_curves(runs, long["runs"], figdir, (drop(long["recipe"]), drop(summary["recipe"])),
-                                          (length(long), length(summary))) + figures
   claims = claims_lib.claims(runs, fusion)
   recipe = summary["recipe"]
   head = ["# Results: the paper's claims on the synthetic benchmark, with our own training", ""]
   if intro is not None:
     lines = head + [intro, ""]
-  elif path.name == LONGER_PAGE:
-    lines = longer_page(summary, path, figures, figsub)
+  elif path.name == LONGER_PAGE:  # a page about its few runs, without the claims of the runs it does not train
+    lines = longer_page(summary, path, figures, figdir)
   else:
     lines = head + _recipe_lines(summary, recipe)
-  if path.name != LONGER_PAGE or intro is not None:
+  if intro is not None or path.name != LONGER_PAGE:
     lines += ["## The claims", ""]
     lines += [_claim_line(*c) for c in claims]
     lines += _tables(runs, fusion, figures, summary, figsub)
@@ -149,15 +142,19 @@ def _with_retrained(runs: dict[str, Any], retrained_runs: dict[str, Any]) -> lis
 
 
 def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple[str, str]],
-                figsub: str) -> list[str]:
-  """docs/RESULTS_LONGER.md without its claims list: the runs of paper.SCALE_RUNS['longer'] (still falling at the
-  long page's length) trained 2x longer, against their long-page versions (the long page's JSON beside `path`):
-  the claims with them in place, each run's change, their full rows, where their error lies, the figures (their
-  validation curves at both lengths first) and which of them are not finished."""
+                figdir: pathlib.Path) -> list[str]:
+  """docs/RESULTS_LONGER.md: the runs of paper.SCALE_RUNS['longer'] (still falling at the long page's length)
+  trained 2x longer, against their long-page versions (the long page's JSON beside `path`): the claims with them in
+  place, each run's change, their full rows, where their error lies, the figures (`figures`, after the validation
+  curves at both lengths that this draws into `figdir`) and which of them are not finished."""
   runs, recipe = summary["runs"], summary["recipe"]
   long = _read_page(path.parent / LONG_PAGE)
   steps = lambda r: r["steps_per_epoch"] * r["num_epochs"]  # noqa: E731
   short = steps(long["recipe"]) if long["runs"] else None
+  if short:
+    drop = lambda r: r["steps_per_epoch"] * r["lr_decay_epochs"]  # noqa: E731
+    figures = report_figures.val_curves(runs, long["runs"], figdir, (drop(long["recipe"]), drop(recipe)),
+                                        (f"{short} steps", f"{steps(recipe)} steps")) + figures
   title = f"the runs still falling at {short} steps, trained {steps(recipe)}" if short else "the longer scale"
   lines = [f"# Results: {title}", "", *_recipe_lines(summary, recipe, other_pages=False),
            f"**Why this page.** [{LONG_PAGE}]({LONG_PAGE}) counts a run as converged by the rule above; the runs it "
@@ -180,7 +177,7 @@ def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple
   lines += ["", "## Accuracy and uncertainty", "", HEADER]
   lines += [_row(n, runs[n]) for n in MAIN_ORDER if n in runs]
   lines += report_distance.lines(runs, MAIN_ORDER)
-  lines += ["", "## Figures", ""] + [f"![{t}]({figsub}/{f})\n\n{t}\n" for f, t in figures]
+  lines += ["", "## Figures", ""] + [f"![{t}]({figdir.name}/{f})\n\n{t}\n" for f, t in figures]
   missing = [n for n in paper.SCALE_RUNS["longer"] if n not in runs]
   if missing:
     lines += ["## Not included", "", "These runs have not reached their last step; rerun the command to continue "

@@ -373,10 +373,11 @@ def test_longer_page_is_about_its_runs_only(tmp_path):
           "ncnn_conf_l2": short(_table_run(600, 2250, 0.5, 0.1, 0.82, True), 10000, 2100)}
   summary = {"scale": "longer", "recipe": paper.SCALES["longer"], "runs": runs, "fusion": None, "date": "2026-11-28",
              "commit": "fedcba9876543210", "jax": "0.12", "devices": ["cpu:0"], "scenes": "96 held-out test scenes"}
-  figures = report_figures.val_curves(runs, long["runs"], tmp_path, (4000, 8000), ("5000 steps", "10000 steps"))
-  assert [f for f, _ in figures] == ["val_curves.png"] and (tmp_path / "val_curves.png").stat().st_size > 10_000
-  assert report_figures.val_curves(runs, {}, tmp_path, (4000, 8000), ("a", "b")) == []
-  lines = report.longer_page(summary, tmp_path / report.LONGER_PAGE, figures, "results_longer")
+  assert report_figures.val_curves(runs, {}, tmp_path, (4000, 8000), ("a", "b")) == []  # no run on both: nothing
+  figdir = tmp_path / "results_longer"
+  figdir.mkdir()
+  lines = report.longer_page(summary, tmp_path / report.LONGER_PAGE, [("panels.png", "a panel")], figdir)
+  assert (figdir / "val_curves.png").stat().st_size > 10_000
   text = "\n".join(lines)
   assert lines[0] == "# Results: the runs still falling at 5000 steps, trained 10000"
   assert "not measured yet" not in text and "Shipped weights" not in text
@@ -389,7 +390,9 @@ def test_longer_page_is_about_its_runs_only(tmp_path):
   rows = [ln for ln in lines if ln.startswith("| `pncnn_masked` | 700 -> 540 |")]
   assert len(rows) == 1 and rows[0].endswith("| no (-3.1 %, still falling) -> yes |")
   assert lines[-2] == "These runs have not reached their last step; rerun the command to continue them: `pncnn_exp`."
-  assert "![" in text and "(results_longer/val_curves.png)" in text
+  figures = [ln for ln in lines if ln.startswith("![")]
+  assert figures[0].split("\n")[0].endswith("(results_longer/val_curves.png)")  # first, then the page's others
+  assert figures[1].split("\n")[0] == "![a panel](results_longer/panels.png)"
 
 
 def test_results_page_names_the_scale_of_each_shipped_model(tmp_path):
