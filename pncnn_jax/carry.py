@@ -133,4 +133,4 @@ def add(summary: dict[str, Any], prior: dict[str, Any], workdir: pathlib.Path, s
   order = [r.name for r in paper.RUNS] + ["ncnn_oracle_c0"]
   evals = {n: evals[n] for n in order if n in evals}
   return {**summary, "runs": evals, "fusion": fusion,
-          "not_finished": [r.name for r in paper.RUNS if r.name not in evals]}
+          "not_finished": [r.name for r in paper.select("", scale) if r.name not in evals]}

@@ -146,7 +146,8 @@ def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple
   """docs/RESULTS_LONGER.md: the runs of paper.SCALE_RUNS['longer'] (still falling at the long page's length)
   trained 2x longer, against their long-page versions (the long page's JSON beside `path`): the claims with them in
   place, each run's change, their full rows, where their error lies, the figures (`figures`, after the validation
-  curves at both lengths that this draws into `figdir`) and which of them are not finished."""
+  curves at both lengths that this draws into `figdir`) and which of them are not finished (`not_finished`,
+  results.evaluate_all: of the scale's own runs)."""
   runs, recipe = summary["runs"], summary["recipe"]
   long = _read_page(path.parent / LONG_PAGE)
   steps = lambda r: r["steps_per_epoch"] * r["num_epochs"]  # noqa: E731
@@ -178,11 +179,7 @@ def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple
   lines += [_row(n, runs[n]) for n in MAIN_ORDER if n in runs]
   lines += report_distance.lines(runs, MAIN_ORDER)
   lines += ["", "## Figures", ""] + [f"![{t}]({figdir.name}/{f})\n\n{t}\n" for f, t in figures]
-  missing = [n for n in paper.SCALE_RUNS["longer"] if n not in runs]
-  if missing:
-    lines += ["## Not included", "", "These runs have not reached their last step; rerun the command to continue "
-              "them: " + ", ".join(f"`{n}`" for n in missing) + ".", ""]
-  return lines
+  return lines + _not_included(summary)
 
 
 def _read_page(page: pathlib.Path) -> dict[str, Any]:
@@ -349,11 +346,15 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
             *claims_lib.data_term_lines(runs), "",
             "## Figures", ""]
   lines += [f"![{t}]({figsub}/{f})\n\n{t}\n" for f, t in figures]
-  if summary["not_finished"]:
-    note = summary.get("missing_note", "These runs have not reached their last step; rerun the command to "
-                       "continue them")
-    lines += ["## Not included", "", note + ": " + ", ".join(f"`{n}`" for n in summary["not_finished"]) + ".", ""]
-  return lines
+  return lines + _not_included(summary)
+
+
+def _not_included(summary: dict[str, Any]) -> list[str]:
+  """The section naming the runs of the page's scale that are not on it (`not_finished`), if any."""
+  if not summary.get("not_finished"):
+    return []
+  note = summary.get("missing_note", "These runs have not reached their last step; rerun the command to continue them")
+  return ["## Not included", "", note + ": " + ", ".join(f"`{n}`" for n in summary["not_finished"]) + ".", ""]
 
 
 def _calibration_lines(fusion: dict[str, Any]) -> list[str]:

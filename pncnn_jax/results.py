@@ -296,7 +296,7 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
   cache_dir = paper.build_caches(workdir, scale)
   (workdir / "eval").mkdir(parents=True, exist_ok=True)
   done = [r for r in runs if paper.finished(workdir, r, scale)]
-  missing = [r.name for r in runs if r not in done]
+  missing = [r.name for r in paper.select("", scale) if r not in done]  # of the runs this scale is for
   evals: dict[str, Any] = {}
   for run in done:
     path = workdir / "eval" / f"{run.name}.json"
@@ -305,9 +305,8 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
                                 lambda run=run: evaluate_run(workdir, run, scale, cache_dir))
     elif path.exists():
       evals[run.name] = json.loads(path.read_text())
-    provenance = paper.run_dir(workdir, run) / "provenance.txt"  # how the run was trained, if not by one command
-    if run.name in evals and provenance.exists():
-      evals[run.name] = {**evals[run.name], "trained_by": provenance.read_text().strip()}
+    if run.name in evals and (how := trained_by(workdir, run)):
+      evals[run.name] = {**evals[run.name], "trained_by": how}
   if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
     run = paper.RUNS_BY_NAME["ncnn"]
     evals["ncnn_oracle_c0"] = cached(workdir / "eval" / "ncnn_oracle_c0.json", _last_checkpoint_time(workdir, run),
@@ -325,6 +324,13 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
              "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),
              "devices": [str(d) for d in jax.devices()], "jax": jax.__version__}
   return summary
+
+
+def trained_by(workdir: pathlib.Path, run: paper.Run) -> str | None:
+  """How a run was trained when one command does not say it (resumed across machines, started from another run's
+  checkpoint): its folder's provenance.txt, written by hand; None without one."""
+  path = paper.run_dir(workdir, run) / "provenance.txt"
+  return path.read_text().strip() if path.exists() else None
 
 
 def _git_commit() -> str | None:
@@ -363,9 +369,8 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
       manifest["trained_on"] = sittings
       manifest["device"] = sorted({d for s in sittings for d in s["devices"]})
       manifest["jax"] = sorted({s["jax"] for s in sittings})
-    provenance = paper.run_dir(workdir, run) / "provenance.txt"  # how the run was trained, if not by this commit
-    if provenance.exists():
-      manifest["trained_by"] = provenance.read_text().strip()
+    if how := trained_by(workdir, run):
+      manifest["trained_by"] = how
     manifest["check"] = {"scenes": f"the first {CHECK_SCENES} validation scenes",
                          **check_metrics(config, variables)}
     pretrained.save(variables, manifest, directory, run.name)

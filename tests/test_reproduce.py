@@ -186,6 +186,15 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   assert both["runs"]["pncnn"]["step"] == 99 and both["runs"]["pncnn"]["carried_from"] == {
       "commit": "feedfacecafe", "date": "2026-01-02"}
   assert "pncnn" not in both["not_finished"] and "pncnn_masked" in both["not_finished"]
+  # A scale meant for some runs only (paper.SCALE_RUNS) lists only those as not finished, with --carry too; a run
+  # folder's provenance.txt reaches its row.
+  (wd / "runs" / "ncnn" / "provenance.txt").write_text("Trained by hand.\n")
+  with monkeypatch.context() as m:
+    m.setitem(paper.SCALE_RUNS, "smoke", ("ncnn", "pncnn_masked"))
+    own = results.evaluate_all(wd, "smoke", evaluate=False)
+    assert own["not_finished"] == ["pncnn_masked"] and own["runs"]["ncnn"]["trained_by"] == "Trained by hand."
+    assert carry.add(own, prior, wd, "smoke", evaluate=False)["not_finished"] == ["pncnn_masked"]
+  (wd / "runs" / "ncnn" / "provenance.txt").unlink()
   # --carry on a machine without this workdir: the shipped runs are evaluated again from their weights, with the
   # earlier validation curves; the figures can show them.
   monkeypatch.setattr(pretrained, "ROOT", ship.parent)
@@ -372,7 +381,8 @@ def test_longer_page_is_about_its_runs_only(tmp_path):
           | {"trained_by": "Resumed from the long run's step-3500 checkpoint."},
           "ncnn_conf_l2": short(_table_run(600, 2250, 0.5, 0.1, 0.82, True), 10000, 2100)}
   summary = {"scale": "longer", "recipe": paper.SCALES["longer"], "runs": runs, "fusion": None, "date": "2026-11-28",
-             "commit": "fedcba9876543210", "jax": "0.12", "devices": ["cpu:0"], "scenes": "96 held-out test scenes"}
+             "commit": "fedcba9876543210", "jax": "0.12", "devices": ["cpu:0"], "scenes": "96 held-out test scenes",
+             "not_finished": ["pncnn_exp"]}
   assert report_figures.val_curves(runs, {}, tmp_path, (4000, 8000), ("a", "b")) == []  # no run on both: nothing
   figdir = tmp_path / "results_longer"
   figdir.mkdir()
