@@ -44,10 +44,11 @@ class Run:
   variant: str
   masked: bool = False
   seed: int = 0
-  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'detach' | 'seeds' (the tables a run appears in)
+  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'detach' | 'seeds' | 'recipe' (the tables a run appears in)
   group: str = "main"
   loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
   detach: bool = False  # config.model.detach_variance_input (our option)
+  learning_rate: float = 0.0  # 0: the scale's; else the lr before the scale's drop (our recipe option)
 
 
 # In training order: the models the claims need first, the official (unmasked) forms next, then the extra
@@ -91,6 +92,10 @@ RUNS: tuple[Run, ...] = (
     Run("sparse_var_beta_detach_masked_seed1", "sparse_var", True, 1, "detach", loss="gaussian_nll_beta", detach=True),
     # The same with an absolute-error data term (Laplace NLL): the kind of term under which c0 was selective most often.
     Run("sparse_var_laplace_detach_masked", "sparse_var", True, 0, "detach", loss="laplace_nll", detach=True),
+    # Is lr 0.01 too high for batches of four 64x320 crops (pNCNN's validation curves swing +-10 %, and it spiked
+    # once at the longer scale)? Masked pNCNN and its (d) reference at lr 0.003, x0.1 at the scale's step.
+    Run("pncnn_masked_lr3e-3", "pncnn", True, 0, "recipe", learning_rate=0.003),
+    Run("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1", True, 0, "recipe", learning_rate=0.003),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
@@ -110,7 +115,7 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collections.ConfigDict:
-  """configs/synthetic.py:<variant> with the scale's recipe, the run's seed and c0 option."""
+  """configs/synthetic.py:<variant> with the scale's recipe, the run's seed, c0 option and learning rate."""
   s = SCALES[scale]
   config = config_lib.load_config(f"{_configs_dir() / 'synthetic.py'}:{run.variant}")
   with config.unlocked():
@@ -119,6 +124,8 @@ def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collect
     config.model.mask_input_confidence = run.masked
     config.model.detach_variance_input = run.detach
     config_lib.apply_recipe(config, s)
+    if run.learning_rate:
+      config.learning_rate = run.learning_rate
     config.data.synthetic_cache_dir = cache_dir or ""
     config.progress_bar = False
     config.log_every_steps = 50

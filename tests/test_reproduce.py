@@ -92,6 +92,16 @@ def test_detached_variance_input_changes_gradients_not_outputs():
   assert paper.run_config(paper.RUNS_BY_NAME["pncnn_masked"], "smoke").model.detach_variance_input is False
 
 
+def test_learning_rate_option_sets_only_the_lr_before_the_drop():
+  plain, low = (paper.run_config(paper.RUNS_BY_NAME[n], "long") for n in ("pncnn_masked", "pncnn_masked_lr3e-3"))
+  assert plain.learning_rate == paper.SCALES["long"]["learning_rate"] == 0.01 and low.learning_rate == 0.003
+  # everything else is the reference recipe's: the same drop step, steps, crops, model and seed
+  rest = lambda c: {k: v for k, v in c.to_dict().items() if k != "learning_rate"}  # noqa: E731
+  assert rest(plain) == rest(low)
+  ref = paper.run_config(paper.RUNS_BY_NAME["ncnn_conf_l1_masked_lr3e-3"], "long")
+  assert ref.learning_rate == 0.003 and ref.model.mask_input_confidence and ref.variant == "ncnn_conf_l1"
+
+
 def test_pretrained_round_trip_and_errors(tmp_path):
   tree = {"params": {"a": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}}, "batch_stats": {"m": np.ones(2)}}
   pretrained.save(tree, {"name": "x", "variant": "ncnn"}, tmp_path / "synthetic", "x")
