@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import report_distance
+from pncnn_jax import paper, report_distance, results
+from pncnn_jax.run_files import flat_label
 
 
 def why(runs: dict[str, Any]) -> str:
@@ -132,5 +133,53 @@ def discussion(runs: dict[str, Any]) -> list[str]:
         "changes one thing at a time: the data term (beta-NLL weights, an L1 term on mu) and the gradient path "
         "(the variance UNet's input detached, so that only the depth term trains c0)."
         + (f" The run is also not converged by our criterion (best validation RMSE still moved {100 * change:+.1f} % "
-           "in the last 30 % of the lr-0.01 phase)." if change is not None and not conv.get("flat") else ""))
+           "in the last 30 % of the phase before the lr drop)." if change is not None and not conv.get("flat")
+           else ""))
   return out
+
+
+# Our recipe option (paper.Run.learning_rate): (run trained at a lower lr, the same recipe at the scale's lr).
+LR_PAIRS = (("pncnn_masked_lr3e-3", "pncnn_masked"), ("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1_masked"))
+
+
+def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
+  """Claims (b)-(d) for masked pNCNN and its (d) reference trained at a lower learning rate (LR_PAIRS), beside the
+  same recipes at the scale's lr `scale_lr` (every finished seed): does the scale's lr cost pNCNN its accuracy or
+  its c0? [] unless `pncnn_masked_lr3e-3` and `pncnn_masked` are in `runs`."""
+  low, ref = LR_PAIRS[0]
+  if low not in runs or ref not in runs:
+    return []
+  lr = lambda n: paper.RUNS_BY_NAME[n].learning_rate or scale_lr  # noqa: E731
+  names = [n for pair in LR_PAIRS for n in pair[::-1] if n in runs]
+  lines = ["", f"**The learning rate** (masked c0; our recipe option: the same recipe with the lr before the drop "
+           f"lowered from {scale_lr:g}, the drop at the same step):", "",
+           "| run (seeds) | lr | MAE [mm] | RMSE [mm] | AUSE (pNCNN) | AUROC c0 | same, within depth deciles | (b) "
+           "holds | val curve flat |", "|---|---|---|---|---|---|---|---|---|"]
+  for n in names:
+    group = [runs[g] for g in (claims_lib.done_group(runs, n) or (n,))]
+    cell = lambda f, d: ", ".join(f"{f(r):.{d}f}" for r in group)  # noqa: E731
+    lines.append(f"| `{n}` ({len(group)}) | {lr(n):g} | {cell(lambda r: r['metrics']['mae'], 0)} | "
+                 f"{cell(lambda r: r['metrics']['rmse'], 0)} | {cell(lambda r: r['uncertainty']['ause_pncnn'], 3)} | "
+                 f"{cell(lambda r: r['c0']['auroc'], 2)} | {cell(lambda r: r['c0']['auroc_depth_bins'], 2)} | "
+                 f"{sum(results.c0_singles_out(r['c0']) for r in group)} of {len(group)} | "
+                 + ", ".join(flat_label(bool(r.get('convergence', {}).get('flat')),
+                                        r.get('convergence', {}).get('rmse_change_last_30pct')) for r in group) + " |")
+  ref_low, ref_scale = LR_PAIRS[1]
+  refs = [r for r in (ref_scale, ref_low) if r in runs]
+  if not refs:
+    return lines
+  m = runs[low]["metrics"]
+  rel = lambda a, b, k: f"{100 * (a[k] / runs[b]['metrics'][k] - 1):+.1f} %"  # noqa: E731
+  against = "; ".join(f"MAE {rel(m, r, 'mae')} / RMSE {rel(m, r, 'rmse')} against `{r}` (lr {lr(r):g}): (d) "
+                      + ("holds" if results.accuracy_close(m, runs[r]["metrics"]) else "does not hold") for r in refs)
+  if ref_scale in runs:  # the same comparison at the scale's lr, over pNCNN's seeds
+    group = claims_lib.done_group(runs, ref) or (ref,)
+    against += (f"; at lr {scale_lr:g} `{ref}` is MAE " + ", ".join(rel(runs[g]["metrics"], ref_scale, "mae")
+                                                             for g in group)
+                + f" against `{ref_scale}` ({claims_lib.seed_list(group)})")
+  c0 = runs[low]["c0"]
+  lines += ["", f"- **(d) and the learning rate.** At lr {lr(low):g} `{low}` is {against}. (b) "
+            + ("holds" if results.c0_singles_out(c0) else "does not hold")
+            + f" for it: AUROC {c0['auroc']:.2f}, {c0['auroc_depth_bins']:.2f} within depth deciles, mean c0 disturbed "
+            f"/ clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."]
+  return lines

@@ -36,7 +36,8 @@ AUROC_AIM = 0.8  # (b): AUROC of low c0 for disturbed points, over all points an
 C0_RATIO_MAX = 0.5  # (b): mean c0 on disturbed points at most half the mean on clean points
 AUSE_RATIO_MAX = 0.5  # (c): pNCNN AUSE at most half of NCNN-Conf's (the paper: 0.05 vs 0.31)
 ACCURACY_TOLERANCE = 0.10  # (d): pNCNN MAE and RMSE within 10 % of NCNN-Conf-L1's (the paper: ~10 %)
-FLAT_TOLERANCE = 0.02  # convergence: best val RMSE moved < 2 % in the last 30 % of the lr-0.01 phase
+# convergence: best val RMSE moved < 2 % in the last 30 % of the phase before the lr drop
+FLAT_TOLERANCE = 0.02
 EVAL_VERSION = 2  # bump when what an evaluation measures changes: cached evaluations of another version are redone
 # (A measurement added beside the others, which the report shows only where present, needs no bump.)
 HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
@@ -145,9 +146,9 @@ def c0_statistics(model, variables, batches) -> dict[str, Any]:
 
 
 def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
-  """The validation curve and whether it is flat: the best val RMSE of the last 30 % of the lr-0.01 phase is within
-  FLAT_TOLERANCE (relative) of the best before it (best, not last: one diverged validation must not decide; the
-  lr drop afterwards only polishes). A curve still falling more than that is reported as not converged."""
+  """The validation curve and whether it is flat: the best val RMSE of the last 30 % of the phase before the lr drop
+  is within FLAT_TOLERANCE (relative) of the best before it (best, not last: one diverged validation must not
+  decide; the lr drop afterwards only polishes). A curve still falling more than that is reported as not converged."""
   s = paper.SCALES[scale]
   rows = [json.loads(line) for line in (rundir / "metrics.jsonl").read_text().splitlines()]
   val = sorted({r["step"]: r for r in rows if r.get("split") == "val"}.values(), key=lambda r: r["step"])

@@ -119,8 +119,8 @@ def format_value(v: Any, digits: int = 4) -> str:
 
 def flat_label(flat: bool, change: float | None) -> str:
   """The 'val curve flat' cell of a results table: yes, or no with the relative change of the best validation error
-  over the last 30 % of the lr-0.01 phase and which way it went (falling: more steps would help; rose: the best
-  came earlier), n/a if the curve is too short to judge."""
+  over the last 30 % of the phase before the lr drop and which way it went (falling: more steps would help; rose:
+  the best came earlier), n/a if the curve is too short to judge."""
   if flat:
     return "yes"
   if change is None:

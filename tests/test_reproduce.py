@@ -438,6 +438,37 @@ def _fake_run(mae, rmse, ause, auroc, auroc_bins, c0_dist, c0_clean):
                  "c0_mean_clean": c0_clean}}
 
 
+def test_learning_rate_lines_compare_each_recipe_at_both_lrs():
+  """The lower-lr runs beside the same recipes at the scale's lr: the table (every finished seed), and (d) and (b) for
+  pNCNN at the lower lr against both references, by the claims' own thresholds; worked by hand."""
+  from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
+  good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
+  flat = {"convergence": {"flat": True, "rmse_change_last_30pct": 0.01}}
+  runs = {"pncnn_masked": _fake_run(700, 2800, 0.1, *bad), "pncnn_masked_seed1": _fake_run(750, 2900, 0.1, *bad),
+          "ncnn_conf_l1_masked": _fake_run(500, 2500, 0.2, *good) | flat}
+  assert report_why.learning_rate_lines(runs, 0.01) == []  # no lower-lr run yet
+  runs["pncnn_masked_lr3e-3"] = _fake_run(540, 2600, 0.06, *good) | {
+      "convergence": {"flat": False, "rmse_change_last_30pct": -0.05}}
+  lines = report_why.learning_rate_lines(runs, 0.01)
+  table = [ln for ln in lines if ln.startswith("| `")]
+  assert table == ["| `pncnn_masked` (2) | 0.01 | 700, 750 | 2800, 2900 | 0.100, 0.100 | 0.30, 0.30 | 0.40, 0.40 | "
+                   "0 of 2 | n/a, n/a |",
+                   "| `pncnn_masked_lr3e-3` (1) | 0.003 | 540 | 2600 | 0.060 | 0.90 | 0.85 | 1 of 1 | no (-5.0 %, "
+                   "still falling) |",
+                   "| `ncnn_conf_l1_masked` (1) | 0.01 | 500 | 2500 | 0.200 | 0.90 | 0.85 | 1 of 1 | yes |"]
+  # 540 / 500 = +8.0 %, 2600 / 2500 = +4.0 %: (d) holds; the seeds at lr 0.01: +40.0 %, +50.0 %
+  assert lines[-1] == ("- **(d) and the learning rate.** At lr 0.003 `pncnn_masked_lr3e-3` is MAE +8.0 % / RMSE +4.0 % "
+                       "against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; at lr 0.01 `pncnn_masked` is MAE +40.0 %, "
+                       "+50.0 % against `ncnn_conf_l1_masked` (seeds 0-1). (b) holds for it: AUROC 0.90, 0.85 within "
+                       "depth deciles, mean c0 disturbed / clean 0.05.")
+  # The reference trained at the lower lr too: pNCNN is compared with both; 540 / 480 = +12.5 %: (d) does not hold.
+  runs["ncnn_conf_l1_masked_lr3e-3"] = _fake_run(480, 2500, 0.2, *good)
+  lines = report_why.learning_rate_lines(runs, 0.01)
+  assert [ln.split(" | ")[0] for ln in lines if ln.startswith("| `")][-1] == "| `ncnn_conf_l1_masked_lr3e-3` (1)"
+  assert ("against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; MAE +12.5 % / RMSE +4.0 % against "
+          "`ncnn_conf_l1_masked_lr3e-3` (lr 0.003): (d) does not hold; at lr 0.01") in lines[-1]
+
+
 def test_claims_name_unequal_training_lengths():
   """A claim comparing runs trained for different numbers of steps says so (the demo's shipped models mix scales);
   runs of one length, or without a step, get no note. The verdict itself is unchanged."""
