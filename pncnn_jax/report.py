@@ -57,6 +57,8 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
                                     tuple(summary["recipe"].get("eval_crop", (128, 384))), MAIN_ORDER, ABLATION_ORDER)
   claims = claims_lib.claims(runs, fusion)
   recipe = summary["recipe"]
+  if path.name != LONGER_PAGE:
+    figures += report_why.lr_curves(runs, recipe, figdir)
   head = ["# Results: the paper's claims on the synthetic benchmark, with our own training", ""]
   if intro is not None:
     lines = head + [intro, ""]
@@ -154,7 +156,8 @@ def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple
   short = steps(long["recipe"]) if long["runs"] else None
   if short:
     drop = lambda r: r["steps_per_epoch"] * r["lr_decay_epochs"]  # noqa: E731
-    figures = report_figures.val_curves(runs, long["runs"], figdir, (drop(long["recipe"]), drop(recipe)),
+    pairs = [(n, long["runs"][n], e) for n, e in runs.items() if n in long["runs"]]
+    figures = report_figures.val_curves(pairs, figdir, (drop(long["recipe"]), drop(recipe)),
                                         (f"{short} steps", f"{steps(recipe)} steps")) + figures
   title = f"the runs still falling at {short} steps, trained {steps(recipe)}" if short else "the longer scale"
   lines = [f"# Results: {title}", "", *_recipe_lines(summary, recipe, other_pages=False),

@@ -147,22 +147,24 @@ def _sparsification(runs: dict[str, Any], figdir: pathlib.Path, scenes: str, mai
   plt.close(fig)
 
 
-def val_curves(runs: dict[str, Any], before: dict[str, Any], figdir: pathlib.Path, drops: tuple[int, int],
-               labels: tuple[str, str]) -> list[tuple[str, str]]:
-  """val_curves.png: the validation RMSE and MAE [mm] (rows) of each run of `runs` that `before` also holds
-  (columns), over the training steps, its `before` version dashed; `drops` are the two recipes' lr-drop steps,
-  `labels` the two lengths' names. The axis ends at 1.5x the median, so that the first validations do not squash
-  the rest. [] when no run is on both."""
-  names = [n for n in runs if n in before and (runs[n].get("convergence") or {}).get("val_curve")
-           and (before[n].get("convergence") or {}).get("val_curve")]
-  if not names:
+def val_curves(pairs: list[tuple[str, dict[str, Any], dict[str, Any]]], figdir: pathlib.Path,
+               drops: tuple[int, int], labels: tuple[str, str], *, stem: str = "val_curves",
+               title: str = "Validation curves at both lengths",
+               what: str = "the retrained runs") -> list[tuple[str, str]]:
+  """<stem>.png: for each (panel title, first run, second run) of `pairs` whose two results rows both have a
+  validation curve, the validation RMSE and MAE [mm] (rows) over the training steps (columns: the pairs), the first
+  run dashed; `drops` are the two recipes' lr-drop steps, `labels` the two runs' recipes. The axis ends at 1.5x the
+  median, so that the first validations do not squash the rest. [] when no pair has both curves."""
+  has = lambda e: bool((e.get("convergence") or {}).get("val_curve"))  # noqa: E731
+  pairs = [p for p in pairs if has(p[1]) and has(p[2])]
+  if not pairs:
     return []
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(2, len(names), figsize=(max(4.6 * len(names), 6.0), 6.6), squeeze=False)
-  for j, name in enumerate(names):
-    curves = [np.asarray(e[name]["convergence"]["val_curve"], np.float64) for e in (before, runs)]
+  fig, axes = plt.subplots(2, len(pairs), figsize=(max(4.6 * len(pairs), 6.0), 6.6), squeeze=False)
+  for j, (name, first, second) in enumerate(pairs):
+    curves = [np.asarray(e["convergence"]["val_curve"], np.float64) for e in (first, second)]
     for i, metric in enumerate(("RMSE", "MAE")):
       ax = axes[i][j]
       for c, style, colour, label, drop in reversed(list(zip(curves, ("--", "-"), ("k", "tab:orange"), labels,
@@ -176,13 +178,12 @@ def val_curves(runs: dict[str, Any], before: dict[str, Any], figdir: pathlib.Pat
       ax.grid(alpha=0.3)
       ax.set_title(name if i == 0 else "", fontsize=10)
     axes[0][j].legend(fontsize=7)
-  _suptitle(fig, "Validation curves at both lengths (dotted: each recipe's lr drop x0.1)", fontsize=10)
+  _suptitle(fig, f"{title} (dotted: each recipe's lr drop x0.1)", fontsize=10)
   fig.tight_layout()
-  fig.savefig(figdir / "val_curves.png", dpi=110)
+  fig.savefig(figdir / f"{stem}.png", dpi=110)
   plt.close(fig)
-  return [("val_curves.png", f"Validation RMSE and MAE of the retrained runs: {labels[0]} (dashed) and "
-           f"{labels[1]} (solid), on the validation scenes every 250 steps; dotted lines mark each recipe's "
-           "learning-rate drop.")]
+  return [(f"{stem}.png", f"Validation RMSE and MAE of {what}: {labels[0]} (dashed) and {labels[1]} (solid), on "
+           "the validation scenes after every epoch; dotted lines mark each recipe's learning-rate drop.")]
 
 
 def _suptitle(fig: Any, text: str, fontsize: float) -> None:

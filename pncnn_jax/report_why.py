@@ -3,10 +3,11 @@ fails, in numbers drawn from the runs (`pncnn_jax.report` places these paragraph
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import paper, report_distance, results
+from pncnn_jax import paper, report_distance, report_figures, results
 from pncnn_jax.run_files import flat_label
 
 
@@ -183,3 +184,17 @@ def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
             + f" for it: AUROC {c0['auroc']:.2f}, {c0['auroc_depth_bins']:.2f} within depth deciles, mean c0 disturbed "
             f"/ clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."]
   return lines
+
+
+def lr_curves(runs: dict[str, Any], recipe: dict[str, Any], figdir: pathlib.Path) -> list[tuple[str, str]]:
+  """lr_curves.png: the validation curves of each LR_PAIRS run beside the same recipe at the scale's lr (its seed-0
+  run); [] when no pair is in `runs`."""
+  pairs = [(low, runs[ref], runs[low]) for low, ref in LR_PAIRS if low in runs and ref in runs]
+  if not pairs:
+    return []
+  drop = recipe["steps_per_epoch"] * recipe["lr_decay_epochs"]
+  lows = sorted({paper.RUNS_BY_NAME[low].learning_rate for low, *_ in pairs})
+  return report_figures.val_curves(pairs, figdir, (drop, drop), (f"lr {recipe['learning_rate']:g}",
+                                                                 "lr " + ", ".join(f"{v:g}" for v in lows)),
+                                   stem="lr_curves", title="Validation curves at two learning rates",
+                                   what="the runs trained at a lower learning rate beside the same recipe")

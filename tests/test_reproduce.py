@@ -393,7 +393,8 @@ def test_longer_page_is_about_its_runs_only(tmp_path):
   summary = {"scale": "longer", "recipe": paper.SCALES["longer"], "runs": runs, "fusion": None, "date": "2026-11-28",
              "commit": "fedcba9876543210", "jax": "0.12", "devices": ["cpu:0"], "scenes": "96 held-out test scenes",
              "not_finished": ["pncnn_exp"]}
-  assert report_figures.val_curves(runs, {}, tmp_path, (4000, 8000), ("a", "b")) == []  # no run on both: nothing
+  # a pair whose other run has no validation curve: nothing drawn
+  assert report_figures.val_curves([("x", runs["pncnn_masked"], {})], tmp_path, (4000, 8000), ("a", "b")) == []
   figdir = tmp_path / "results_longer"
   figdir.mkdir()
   lines = report.longer_page(summary, tmp_path / report.LONGER_PAGE, [("panels.png", "a panel")], figdir)
@@ -438,9 +439,10 @@ def _fake_run(mae, rmse, ause, auroc, auroc_bins, c0_dist, c0_clean):
                  "c0_mean_clean": c0_clean}}
 
 
-def test_learning_rate_lines_compare_each_recipe_at_both_lrs():
+def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
   """The lower-lr runs beside the same recipes at the scale's lr: the table (every finished seed), and (d) and (b) for
-  pNCNN at the lower lr against both references, by the claims' own thresholds; worked by hand."""
+  pNCNN at the lower lr against both references, by the claims' own thresholds; worked by hand. The figure of their
+  validation curves is drawn when both runs of a pair have one."""
   from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
   good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
   flat = {"convergence": {"flat": True, "rmse_change_last_30pct": 0.01}}
@@ -467,6 +469,14 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs():
   assert [ln.split(" | ")[0] for ln in lines if ln.startswith("| `")][-1] == "| `ncnn_conf_l1_masked_lr3e-3` (1)"
   assert ("against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; MAE +12.5 % / RMSE +4.0 % against "
           "`ncnn_conf_l1_masked_lr3e-3` (lr 0.003): (d) does not hold; at lr 0.01") in lines[-1]
+  recipe = paper.SCALES["long"]
+  assert report_why.lr_curves(runs, recipe, tmp_path) == []  # pncnn_masked has no validation curve
+  runs["pncnn_masked"]["convergence"] = {"val_curve": [[250, 3000.0, 800.0], [500, 2800.0, 700.0]]}
+  runs["pncnn_masked_lr3e-3"]["convergence"]["val_curve"] = [[250, 2900.0, 700.0], [500, 2600.0, 550.0]]
+  (name, caption), = report_why.lr_curves(runs, recipe, tmp_path)
+  assert name == "lr_curves.png" and (tmp_path / name).stat().st_size > 10_000
+  assert caption.startswith("Validation RMSE and MAE of the runs trained at a lower learning rate beside the same "
+                            "recipe: lr 0.01 (dashed) and lr 0.003 (solid)")
 
 
 def test_claims_name_unequal_training_lengths():
