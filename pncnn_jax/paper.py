@@ -95,6 +95,7 @@ RUNS: tuple[Run, ...] = (
     # Is lr 0.01 too high for batches of four 64x320 crops (pNCNN's validation curves swing +-10 %, and it spiked
     # once at the longer scale)? Masked pNCNN and its (d) reference at lr 0.003, x0.1 at the scale's step.
     Run("pncnn_masked_lr3e-3", "pncnn", True, 0, "recipe", learning_rate=0.003),
+    Run("pncnn_masked_lr3e-3_seed1", "pncnn", True, 1, "recipe", learning_rate=0.003),  # its c0 over seeds too
     Run("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1", True, 0, "recipe", learning_rate=0.003),
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
@@ -111,6 +112,7 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "sparse_var_beta_detach_masked": ("sparse_var_beta_detach_masked", "sparse_var_beta_detach_masked_seed1"),
     "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
     "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
+    "pncnn_masked_lr3e-3": ("pncnn_masked_lr3e-3", "pncnn_masked_lr3e-3_seed1"),
 }
 
 
