@@ -163,8 +163,9 @@ def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
                  f"{cell(lambda r: r['metrics']['rmse'], 0)} | {cell(lambda r: r['uncertainty']['ause_pncnn'], 3)} | "
                  f"{cell(lambda r: r['c0']['auroc'], 2)} | {cell(lambda r: r['c0']['auroc_depth_bins'], 2)} | "
                  f"{sum(results.c0_singles_out(r['c0']) for r in group)} of {len(group)} | "
-                 + ", ".join(flat_label(bool(r.get('convergence', {}).get('flat')),
-                                        r.get('convergence', {}).get('rmse_change_last_30pct')) for r in group) + " |")
+                 + ", ".join(flat_label(bool((r.get("convergence") or {}).get("flat")),
+                                        (r.get("convergence") or {}).get("rmse_change_last_30pct")) for r in group)
+                 + " |")
   ref_low, ref_scale = LR_PAIRS[1]
   refs = [r for r in (ref_scale, ref_low) if r in runs]
   if not refs:

@@ -446,7 +446,8 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
   from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
   good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
   flat = {"convergence": {"flat": True, "rmse_change_last_30pct": 0.01}}
-  runs = {"pncnn_masked": _fake_run(700, 2800, 0.1, *bad), "pncnn_masked_seed1": _fake_run(750, 2900, 0.1, *bad),
+  runs = {"pncnn_masked": _fake_run(700, 2800, 0.1, *bad),
+          "pncnn_masked_seed1": _fake_run(750, 2900, 0.1, *bad) | {"convergence": None},  # carried: no curve
           "ncnn_conf_l1_masked": _fake_run(500, 2500, 0.2, *good) | flat}
   assert report_why.learning_rate_lines(runs, 0.01) == []  # no lower-lr run yet
   runs["pncnn_masked_lr3e-3"] = _fake_run(540, 2600, 0.06, *good) | {
