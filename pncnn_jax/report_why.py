@@ -182,8 +182,8 @@ def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
   c0 = runs[low]["c0"]
   lines += ["", f"- **(d) and the learning rate.** At lr {lr(low):g} `{low}` is {against}. (b) "
             + ("holds" if results.c0_singles_out(c0) else "does not hold")
-            + f" for it: AUROC {c0['auroc']:.2f}, {c0['auroc_depth_bins']:.2f} within depth deciles, mean c0 disturbed "
-            f"/ clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."]
+            + f" for `{low}`: AUROC {c0['auroc']:.2f}, {c0['auroc_depth_bins']:.2f} within depth deciles, mean c0 "
+            f"disturbed / clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."]
   return lines
 
 

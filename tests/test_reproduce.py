@@ -462,8 +462,8 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
   # 540 / 500 = +8.0 %, 2600 / 2500 = +4.0 %: (d) holds; the seeds at lr 0.01: +40.0 %, +50.0 %
   assert lines[-1] == ("- **(d) and the learning rate.** At lr 0.003 `pncnn_masked_lr3e-3` is MAE +8.0 % / RMSE +4.0 % "
                        "against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; at lr 0.01 `pncnn_masked` is MAE +40.0 %, "
-                       "+50.0 % against `ncnn_conf_l1_masked` (seeds 0-1). (b) holds for it: AUROC 0.90, 0.85 within "
-                       "depth deciles, mean c0 disturbed / clean 0.05.")
+                       "+50.0 % against `ncnn_conf_l1_masked` (seeds 0-1). (b) holds for `pncnn_masked_lr3e-3`: "
+                       "AUROC 0.90, 0.85 within depth deciles, mean c0 disturbed / clean 0.05.")
   # The reference trained at the lower lr too: pNCNN is compared with both; 540 / 480 = +12.5 %: (d) does not hold.
   runs["ncnn_conf_l1_masked_lr3e-3"] = _fake_run(480, 2500, 0.2, *good)
   lines = report_why.learning_rate_lines(runs, 0.01)
