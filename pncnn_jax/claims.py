@@ -232,6 +232,19 @@ _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
           ("both", "a squared error plus an absolute one (the L1 term on mu)"))
 
 
+SEED_COLUMNS = "AUROC c0 | same, within depth deciles | (b) holds | MAE [mm] | RMSE [mm] | AUSE (pNCNN)"
+
+
+def seed_cells(rs: list[dict[str, Any]]) -> str:
+  """A recipe's SEED_COLUMNS cells over its finished seeds `rs` (results rows): each value per seed, comma-separated,
+  and for how many of them claim (b) holds."""
+  per_seed = lambda f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # noqa: E731  (d decimals)
+  return " | ".join([per_seed(lambda r: r["c0"]["auroc"], 2), per_seed(lambda r: r["c0"]["auroc_depth_bins"], 2),
+                     f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)}",
+                     per_seed(lambda r: r["metrics"]["mae"], 0), per_seed(lambda r: r["metrics"]["rmse"], 0),
+                     per_seed(lambda r: r["uncertainty"]["ause_pncnn"], 3)])
+
+
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
   """Claims (b) and (d) against the objective each masked-c0 model is trained with (its data term, and whether the
   variance UNet's gradient reaches NConv and c0), over all seeds of each recipe."""
@@ -239,21 +252,14 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
   rows = [(t, [runs[n] for n in groups[t.run]]) for t in DATA_TERMS if groups[t.run]]
   if len(rows) < 2:
     return []
-  per_seed = lambda rs, f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # d decimals
   lines = ["",
            "**What the training objective does to c0 and to accuracy** (masked c0; every finished seed of each recipe; "
            f"claim (b) needs AUROC and the within-decile AUROC >= {results.AUROC_AIM} and c0 disturbed / clean <= "
            f"{results.C0_RATIO_MAX}; sg = stop-gradient: the variance UNet's loss no longer trains NConv and c0):", "",
-           "| run (seeds) | data term | its gradient on mu | variance UNet sees | AUROC c0 | same, within depth "
-           "deciles | (b) holds | MAE [mm] | RMSE [mm] | AUSE (pNCNN) |", "|---|---|---|---|---|---|---|---|---|---|"]
+           f"| run (seeds) | data term | its gradient on mu | variance UNet sees | {SEED_COLUMNS} |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for t, rs in rows:
-    lines.append(f"| `{t.run}` ({len(rs)}) | {t.data_term} | {t.grad} | {t.var_input} | "
-                 f"{per_seed(rs, lambda r: r['c0']['auroc'], 2)} | "
-                 f"{per_seed(rs, lambda r: r['c0']['auroc_depth_bins'], 2)} | "
-                 f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} | "
-                 f"{per_seed(rs, lambda r: r['metrics']['mae'], 0)} | "
-                 f"{per_seed(rs, lambda r: r['metrics']['rmse'], 0)} | "
-                 f"{per_seed(rs, lambda r: r['uncertainty']['ause_pncnn'], 3)} |")
+    lines.append(f"| `{t.run}` ({len(rs)}) | {t.data_term} | {t.grad} | {t.var_input} | {seed_cells(rs)} |")
   count = lambda rs: f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} runs"
   counts = []
   for kind, words in _KINDS:

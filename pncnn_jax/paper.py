@@ -114,6 +114,9 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
     "pncnn_masked_lr3e-3": ("pncnn_masked_lr3e-3", "pncnn_masked_lr3e-3_seed1"),
 }
+# Runs trained at a lower learning rate (Run.learning_rate), each with the same recipe at the scale's lr:
+# masked pNCNN first, then its (d) reference.
+LR_PAIRS = (("pncnn_masked_lr3e-3", "pncnn_masked"), ("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1_masked"))
 
 
 def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collections.ConfigDict:

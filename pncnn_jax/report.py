@@ -57,8 +57,8 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
                                     tuple(summary["recipe"].get("eval_crop", (128, 384))), MAIN_ORDER, ABLATION_ORDER)
   claims = claims_lib.claims(runs, fusion)
   recipe = summary["recipe"]
-  if path.name != LONGER_PAGE:
-    figures += report_why.lr_curves(runs, recipe, figdir)
+  if path.name != LONGER_PAGE:  # the longer page trains no lower-lr run
+    figures += lr_curves(runs, recipe, figdir)
   head = ["# Results: the paper's claims on the synthetic benchmark, with our own training", ""]
   if intro is not None:
     lines = head + [intro, ""]
@@ -141,6 +141,17 @@ def _with_retrained(runs: dict[str, Any], retrained_runs: dict[str, Any]) -> lis
   others = {m for n in retrained for m in paper.SEED_GROUPS.get(n, ()) if m != n}
   merged = {n: r for n, r in runs.items() if n not in others} | {n: retrained_runs[n] for n in retrained}
   return [c for c in claims_lib.claims(merged, None) if c[1] is not None and _on_runs(c[0], c[2], retrained)]
+
+
+def lr_curves(runs: dict[str, Any], recipe: dict[str, Any], figdir: pathlib.Path) -> list[tuple[str, str]]:
+  """lr_curves.png: each run of paper.LR_PAIRS beside the same recipe at the scale's lr (`recipe`); [] when no pair
+  is in `runs`."""
+  drop = recipe["steps_per_epoch"] * recipe["lr_decay_epochs"]
+  pairs = [(low, runs[ref], runs[low]) for low, ref in paper.LR_PAIRS if low in runs and ref in runs]
+  lows = ", ".join(sorted({f"{paper.RUNS_BY_NAME[low].learning_rate:g}" for low, *_ in pairs}))
+  return report_figures.val_curves(pairs, figdir, (drop, drop), (f"lr {recipe['learning_rate']:g}", f"lr {lows}"),
+                                   stem="lr_curves", title="Validation curves at two learning rates",
+                                   what="the runs trained at a lower learning rate beside the same recipe")
 
 
 def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple[str, str]],

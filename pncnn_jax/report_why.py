@@ -3,11 +3,10 @@ fails, in numbers drawn from the runs (`pncnn_jax.report` places these paragraph
 
 from __future__ import annotations
 
-import pathlib
 from typing import Any
 
 from pncnn_jax import claims as claims_lib
-from pncnn_jax import paper, report_distance, report_figures, results
+from pncnn_jax import paper, report_distance, results
 from pncnn_jax.run_files import flat_label
 
 
@@ -139,34 +138,25 @@ def discussion(runs: dict[str, Any]) -> list[str]:
   return out
 
 
-# Our recipe option (paper.Run.learning_rate): (run trained at a lower lr, the same recipe at the scale's lr).
-LR_PAIRS = (("pncnn_masked_lr3e-3", "pncnn_masked"), ("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1_masked"))
-
-
 def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
-  """Claims (b)-(d) for masked pNCNN and its (d) reference trained at a lower learning rate (LR_PAIRS), beside the
-  same recipes at the scale's lr `scale_lr` (every finished seed): does the scale's lr cost pNCNN its accuracy or
+  """Claims (b)-(d) for masked pNCNN and its (d) reference trained at a lower learning rate (paper.LR_PAIRS), beside
+  the same recipes at the scale's lr `scale_lr` (every finished seed): does the scale's lr cost pNCNN its accuracy or
   its c0? [] unless `pncnn_masked_lr3e-3` and `pncnn_masked` are in `runs`."""
-  low, ref = LR_PAIRS[0]
+  low, ref = paper.LR_PAIRS[0]
   if low not in runs or ref not in runs:
     return []
   lr = lambda n: paper.RUNS_BY_NAME[n].learning_rate or scale_lr  # noqa: E731
-  names = [n for pair in LR_PAIRS for n in pair[::-1] if n in runs]
+  names = [n for pair in paper.LR_PAIRS for n in pair[::-1] if n in runs]
   lines = ["", f"**The learning rate** (masked c0; our recipe option: the same recipe with the lr before the drop "
            f"lowered from {scale_lr:g}, the drop at the same step):", "",
-           "| run (seeds) | lr | MAE [mm] | RMSE [mm] | AUSE (pNCNN) | AUROC c0 | same, within depth deciles | (b) "
-           "holds | val curve flat |", "|---|---|---|---|---|---|---|---|---|"]
+           f"| run (seeds) | lr | {claims_lib.SEED_COLUMNS} | val curve flat |", "|---" * 9 + "|"]
   for n in names:
     group = [runs[g] for g in (claims_lib.done_group(runs, n) or (n,))]
-    cell = lambda f, d: ", ".join(f"{f(r):.{d}f}" for r in group)  # noqa: E731
-    lines.append(f"| `{n}` ({len(group)}) | {lr(n):g} | {cell(lambda r: r['metrics']['mae'], 0)} | "
-                 f"{cell(lambda r: r['metrics']['rmse'], 0)} | {cell(lambda r: r['uncertainty']['ause_pncnn'], 3)} | "
-                 f"{cell(lambda r: r['c0']['auroc'], 2)} | {cell(lambda r: r['c0']['auroc_depth_bins'], 2)} | "
-                 f"{sum(results.c0_singles_out(r['c0']) for r in group)} of {len(group)} | "
+    lines.append(f"| `{n}` ({len(group)}) | {lr(n):g} | {claims_lib.seed_cells(group)} | "
                  + ", ".join(flat_label(bool((r.get("convergence") or {}).get("flat")),
                                         (r.get("convergence") or {}).get("rmse_change_last_30pct")) for r in group)
                  + " |")
-  ref_low, ref_scale = LR_PAIRS[1]
+  ref_low, ref_scale = paper.LR_PAIRS[1]
   refs = [r for r in (ref_scale, ref_low) if r in runs]
   if not refs:
     return lines
@@ -186,16 +176,3 @@ def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
             f"disturbed / clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."]
   return lines
 
-
-def lr_curves(runs: dict[str, Any], recipe: dict[str, Any], figdir: pathlib.Path) -> list[tuple[str, str]]:
-  """lr_curves.png: the validation curves of each LR_PAIRS run beside the same recipe at the scale's lr (its seed-0
-  run); [] when no pair is in `runs`."""
-  pairs = [(low, runs[ref], runs[low]) for low, ref in LR_PAIRS if low in runs and ref in runs]
-  if not pairs:
-    return []
-  drop = recipe["steps_per_epoch"] * recipe["lr_decay_epochs"]
-  lows = sorted({paper.RUNS_BY_NAME[low].learning_rate for low, *_ in pairs})
-  return report_figures.val_curves(pairs, figdir, (drop, drop), (f"lr {recipe['learning_rate']:g}",
-                                                                 "lr " + ", ".join(f"{v:g}" for v in lows)),
-                                   stem="lr_curves", title="Validation curves at two learning rates",
-                                   what="the runs trained at a lower learning rate beside the same recipe")

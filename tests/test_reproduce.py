@@ -443,7 +443,7 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
   """The lower-lr runs beside the same recipes at the scale's lr: the table (every finished seed), and (d) and (b) for
   pNCNN at the lower lr against both references, by the claims' own thresholds; worked by hand. The figure of their
   validation curves is drawn when both runs of a pair have one."""
-  from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import report, report_why  # pylint: disable=g-import-not-at-top
   good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
   flat = {"convergence": {"flat": True, "rmse_change_last_30pct": 0.01}}
   runs = {"pncnn_masked": _fake_run(700, 2800, 0.1, *bad),
@@ -454,11 +454,11 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
       "convergence": {"flat": False, "rmse_change_last_30pct": -0.05}}
   lines = report_why.learning_rate_lines(runs, 0.01)
   table = [ln for ln in lines if ln.startswith("| `")]
-  assert table == ["| `pncnn_masked` (2) | 0.01 | 700, 750 | 2800, 2900 | 0.100, 0.100 | 0.30, 0.30 | 0.40, 0.40 | "
-                   "0 of 2 | n/a, n/a |",
-                   "| `pncnn_masked_lr3e-3` (1) | 0.003 | 540 | 2600 | 0.060 | 0.90 | 0.85 | 1 of 1 | no (-5.0 %, "
+  assert table == ["| `pncnn_masked` (2) | 0.01 | 0.30, 0.30 | 0.40, 0.40 | 0 of 2 | 700, 750 | 2800, 2900 | "
+                   "0.100, 0.100 | n/a, n/a |",
+                   "| `pncnn_masked_lr3e-3` (1) | 0.003 | 0.90 | 0.85 | 1 of 1 | 540 | 2600 | 0.060 | no (-5.0 %, "
                    "still falling) |",
-                   "| `ncnn_conf_l1_masked` (1) | 0.01 | 500 | 2500 | 0.200 | 0.90 | 0.85 | 1 of 1 | yes |"]
+                   "| `ncnn_conf_l1_masked` (1) | 0.01 | 0.90 | 0.85 | 1 of 1 | 500 | 2500 | 0.200 | yes |"]
   # 540 / 500 = +8.0 %, 2600 / 2500 = +4.0 %: (d) holds; the seeds at lr 0.01: +40.0 %, +50.0 %
   assert lines[-1] == ("- **(d) and the learning rate.** At lr 0.003 `pncnn_masked_lr3e-3` is MAE +8.0 % / RMSE +4.0 % "
                        "against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; at lr 0.01 `pncnn_masked` is MAE +40.0 %, "
@@ -471,10 +471,10 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
   assert ("against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; MAE +12.5 % / RMSE +4.0 % against "
           "`ncnn_conf_l1_masked_lr3e-3` (lr 0.003): (d) does not hold; at lr 0.01") in lines[-1]
   recipe = paper.SCALES["long"]
-  assert report_why.lr_curves(runs, recipe, tmp_path) == []  # pncnn_masked has no validation curve
+  assert report.lr_curves(runs, recipe, tmp_path) == []  # pncnn_masked has no validation curve
   runs["pncnn_masked"]["convergence"] = {"val_curve": [[250, 3000.0, 800.0], [500, 2800.0, 700.0]]}
   runs["pncnn_masked_lr3e-3"]["convergence"]["val_curve"] = [[250, 2900.0, 700.0], [500, 2600.0, 550.0]]
-  (name, caption), = report_why.lr_curves(runs, recipe, tmp_path)
+  (name, caption), = report.lr_curves(runs, recipe, tmp_path)
   assert name == "lr_curves.png" and (tmp_path / name).stat().st_size > 10_000
   assert caption.startswith("Validation RMSE and MAE of the runs trained at a lower learning rate beside the same "
                             "recipe: lr 0.01 (dashed) and lr 0.003 (solid)")
