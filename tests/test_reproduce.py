@@ -40,6 +40,31 @@ def test_cache_rendered_by_several_processes_equals_one(tmp_path):
   assert json.loads((one / "meta.json").read_text()) == json.loads((many / "meta.json").read_text())
 
 
+@pytest.mark.parametrize("other_seed", [0, 1])
+def test_cache_finished_first_by_another_process(tmp_path, monkeypatch, other_seed):
+  """Two runs started on one workdir render the same cache. The one renamed second keeps the first's (a directory
+  cannot be renamed onto a full one) and leaves no temporary directory behind; a cache of other settings that
+  appeared meanwhile is still refused."""
+  path, window = tmp_path / "c", (144, 448, 16, 32)
+  drain = synthetic_cache._drain
+
+  def drain_while_another_finishes(*args):
+    drain(*args)
+    monkeypatch.setattr(synthetic_cache, "_drain", drain)
+    other = synthetic_cache.build(tmp_path / "other", seed=other_seed, stream=0, window=window, size=2)
+    other.rename(path)  # the other process's cache, renamed first
+
+  monkeypatch.setattr(synthetic_cache, "_drain", drain_while_another_finishes)
+  if other_seed:
+    with pytest.raises(ValueError, match="other settings"):
+      synthetic_cache.build(path, seed=0, stream=0, window=window, size=2)
+  else:
+    assert synthetic_cache.build(path, seed=0, stream=0, window=window, size=2) == path
+    assert np.load(path / "sparse.npy")[1].any()
+  assert synthetic_cache._drain is drain  # the other process did run
+  assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
 def test_cache_of_other_settings_is_refused(tmp_path):
   path = tmp_path / "c"
   synthetic_cache.build(path, seed=0, stream=0, window=(0, 0, 16, 16), size=1)

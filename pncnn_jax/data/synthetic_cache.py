@@ -10,7 +10,8 @@ so a cached example is bit-identical to a rendered one (tests/test_data_syntheti
 trained with a cache equals the same run without one.
 
 Layout of a cache directory (written to `<dir>.tmp-<pid>` first, then renamed: a crash never leaves a
-half-written cache under the final name):
+half-written cache under the final name; two processes writing the same cache both end with the one that was
+renamed first):
 
   meta.json                       seed, stream, window, size, the SyntheticConfig fields, format version
   sparse.npy target.npy dense.npy (size, h, w, 1) float32 metres
@@ -56,10 +57,7 @@ def build(path: str | os.PathLike, *, seed: int, stream: int, window: tuple[int,
   cfg = config or synthetic.SyntheticConfig()
   want = _meta(seed, stream, window, size, cfg)
   if path.exists():
-    have = _read_meta(path)
-    if have != want:
-      raise ValueError(f"{path}: holds a synthetic cache of other settings ({have}); expected {want}")
-    return path
+    return _existing(path, want)
   tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
   shutil.rmtree(tmp, ignore_errors=True)
   tmp.mkdir(parents=True)
@@ -78,7 +76,22 @@ def build(path: str | os.PathLike, *, seed: int, stream: int, window: tuple[int,
   else:
     _drain(map(_render_chunk, chunks), len(chunks), progress, path.name)
   (tmp / "meta.json").write_text(json.dumps(want, indent=1) + "\n")
-  os.replace(tmp, path)
+  try:
+    os.replace(tmp, path)
+  except OSError:
+    if not path.exists():
+      raise
+    # Another process (a second run started on the same workdir) finished the same cache first: keep its copy.
+    shutil.rmtree(tmp, ignore_errors=True)
+    return _existing(path, want)
+  return path
+
+
+def _existing(path: pathlib.Path, want: dict) -> pathlib.Path:
+  """`path` when the cache there has the settings `want`; otherwise a ValueError naming both."""
+  have = _read_meta(path)
+  if have != want:
+    raise ValueError(f"{path}: holds a synthetic cache of other settings ({have}); expected {want}")
   return path
 
 
