@@ -50,6 +50,7 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   c.learning_rate = 0.01  # Adam (plain: amsgrad False, as the shipped checkpoints)
   c.lr_decay_epochs = 5  # StepLR step size in epochs
   c.lr_decay_factor = 0.1  # StepLR gamma
+  c.grad_clip_norm = 0.0  # > 0: clip the gradient to this global L2 norm before Adam (0: off, as published)
 
   c.eval_every_steps = -1  # also validate every N steps (-1: only at the end of each epoch)
   c.num_eval_batches = -1  # -1: the whole validation split

@@ -168,8 +168,8 @@ class ConfigError(ValueError):
 
 def check_config(config: ml_collections.ConfigDict, *, training: bool = True) -> None:
   """Checks the ranges a run needs before it starts (ConfigError naming the field otherwise): learning_rate > 0
-  and finite, num_epochs >= 1 and batch_size >= 1 (training), eval_batch_size >= 1, crop sizes >= 1 for the
-  crops in use and within the smallest frame of their split (`data.smallest_frame`)."""
+  and finite, grad_clip_norm >= 0, num_epochs >= 1 and batch_size >= 1 (training), eval_batch_size >= 1, crop
+  sizes >= 1 for the crops in use and within the smallest frame of their split (`data.smallest_frame`)."""
   def need(ok: bool, field: str, rule: str) -> None:
     if not ok:
       value = config
@@ -184,6 +184,9 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
   if training:
     lr = config.learning_rate
     need(isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0, "learning_rate", "a finite number > 0")
+    clip = config.get("grad_clip_norm", 0.0)
+    need(isinstance(clip, (int, float)) and math.isfinite(clip) and clip >= 0, "grad_clip_norm",
+         "a finite number >= 0 (0: no clipping)")
     need(is_int(config.num_epochs) and config.num_epochs >= 1, "num_epochs", "an integer >= 1")
     need(is_int(config.batch_size) and config.batch_size >= 1, "batch_size", "an integer >= 1")
     need(is_int(config.steps_per_epoch) and (config.steps_per_epoch >= 1 or config.steps_per_epoch == -1),

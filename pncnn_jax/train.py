@@ -62,16 +62,16 @@ make_mesh, shard_batch, replicate = sharding.make_mesh, sharding.shard_batch, sh
 
 
 @functools.lru_cache(maxsize=16)
-def _schedule_and_optimizer(lr: float, spe: int, decay_epochs: int, factor: float):
+def _schedule_and_optimizer(lr: float, spe: int, decay_epochs: int, factor: float, clip_norm: float):
   """The StepLR schedule and Adam, one object per setting: the optimizer is a static part of the TrainState, so a
   new one would make the jitted step recompile (e.g. when a run resumes in the same process)."""
   schedule = ts.step_lr_schedule(lr, spe, decay_epochs, factor)
-  return schedule, ts.make_optimizer(schedule)
+  return schedule, ts.make_optimizer(schedule, clip_norm)
 
 
 def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
   return _schedule_and_optimizer(float(config.learning_rate), int(spe), int(config.lr_decay_epochs),
-                                 float(config.lr_decay_factor))
+                                 float(config.lr_decay_factor), float(config.get("grad_clip_norm", 0.0)))
 
 
 @functools.lru_cache(maxsize=16)

@@ -39,10 +39,15 @@ def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, ga
   return optax.exponential_decay(base_lr, steps_per_epoch * decay_epochs, gamma, staircase=True)
 
 
-def make_optimizer(learning_rate: float | optax.Schedule) -> optax.GradientTransformation:
+def make_optimizer(learning_rate: float | optax.Schedule, clip_norm: float = 0.0) -> optax.GradientTransformation:
   """Plain Adam as the published models were trained (amsgrad=False, docs/SPEC.md §11.1):
-  betas (0.9, 0.999), eps 1e-8 added after the bias-corrected sqrt(v), no weight decay."""
-  return optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+  betas (0.9, 0.999), eps 1e-8 added after the bias-corrected sqrt(v), no weight decay.
+
+  clip_norm > 0 (a recipe option, not the published training): the gradient g is first scaled to
+  g * min(1, clip_norm / ||g||_2), ||.||_2 over all parameters, so one outlier batch moves Adam's moments by at
+  most that much. clip_norm = 0 is plain Adam with its optimizer state unchanged (checkpoints stay compatible)."""
+  adam = optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+  return optax.chain(optax.clip_by_global_norm(clip_norm), adam) if clip_norm > 0 else adam
 
 
 def create_train_state(model: nn.Module, variables: dict[str, Any], tx: optax.GradientTransformation) -> TrainState:

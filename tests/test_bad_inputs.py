@@ -98,6 +98,8 @@ def inputs(tmp_path):
     ("train.py", "--config.lerning_rate=1",
      """error: no config field 'lerning_rate'; Did you mean "learning_rate" instead of "lerning_rate"?"""),
     ("train.py", "--config.learning_rate=-1", "error: config.learning_rate=-1.0: must be a finite number > 0"),
+    ("train.py", "--config.grad_clip_norm=-1",
+     "error: config.grad_clip_norm=-1.0: must be a finite number >= 0 (0: no clipping)"),
     ("train.py", "--config.num_epochs=0", "error: config.num_epochs=0: must be an integer >= 1"),
     ("train.py", "--config.num_epochs=-3", "error: config.num_epochs=-3: must be an integer >= 1"),
     ("train.py", "--config.batch_size=0", "error: config.batch_size=0: must be an integer >= 1"),

@@ -5,6 +5,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -310,3 +311,36 @@ def test_workdir_that_is_a_file_is_a_clear_error(tmp_path):
   with pytest.raises(ValueError, match=r"--workdir .*wd is a file, not a folder"):
     train.train_and_evaluate(tiny_config(), tmp_path / "wd")
   assert (tmp_path / "wd").read_text() == "x"
+
+
+def test_gradient_clipping_scales_the_gradient_before_adam():
+  """config.grad_clip_norm > 0: Adam sees g * min(1, clip / ||g||_2) (norm over all parameters) at every step;
+  0, the published recipe, is plain Adam with the same optimizer state (checkpoints stay compatible)."""
+  p = {"a": jnp.zeros(3), "b": jnp.zeros(2)}
+  grads = [{"a": jnp.array([30.0, -40.0, 0.0]), "b": jnp.array([0.0, 0.0])},  # norm 50
+           {"a": jnp.array([1.0, 2.0, 3.0]), "b": jnp.array([-1.0, 4.0])},  # norm 5.57
+           {"a": jnp.array([0.1, 0.0, -0.2]), "b": jnp.array([0.3, 0.0])}]  # norm 0.37: kept as it is
+
+  def run(tx, gs):
+    x, s = p, tx.init(p)
+    for g in gs:
+      u, s = tx.update(g, s, x)
+      x = optax.apply_updates(x, u)
+    return x
+
+  def by_hand(g):
+    return jax.tree.map(lambda v: v * min(1.0, 5.0 / float(optax.tree.norm(g))), g)
+
+  plain, clipped = ts.make_optimizer(0.01), ts.make_optimizer(0.01, clip_norm=5.0)
+  got, want, unclipped = run(clipped, grads), run(plain, [by_hand(g) for g in grads]), run(plain, grads)
+  for k in p:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-9)
+  assert not np.allclose(got["a"], unclipped["a"], rtol=1e-3)  # the clipping changed the steps
+  assert jax.tree.structure(ts.make_optimizer(0.01, 0.0).init(p)) == jax.tree.structure(plain.init(p))
+  config = config_lib.load_config(f"{REPO / 'configs' / 'synthetic.py'}:pncnn")
+  assert config.grad_clip_norm == 0.0
+  with config.unlocked():
+    config.grad_clip_norm = 5.0
+  schedule, tx = train._schedule_and_tx(config, 10)  # the training loop's optimizer follows the config
+  assert jax.tree.structure(tx.init(p)) == jax.tree.structure(ts.make_optimizer(schedule, 5.0).init(p))
+  assert jax.tree.structure(tx.init(p)) != jax.tree.structure(ts.make_optimizer(schedule).init(p))
