@@ -173,6 +173,19 @@ def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
   lines += ["", f"- **(d) and the learning rate.** At lr {lr(low):g} `{low}` is {against}. (b) "
             + ("holds" if results.c0_singles_out(c0) else "does not hold")
             + f" for `{low}`: AUROC {c0['auroc']:.2f}, {c0['auroc_depth_bins']:.2f} within depth deciles, mean c0 "
-            f"disturbed / clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."]
+            f"disturbed / clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."
+            + _lower_lr_seeds(runs, low, refs[0], rel)]
   return lines
+
+
+def _lower_lr_seeds(runs: dict[str, Any], low: str, ref: str, rel) -> str:
+  """' Over its seeds (...): (b) holds for k of n (AUROC ...); MAE ... against `ref`.' when `low` has more than one
+  finished seed, else ''."""
+  group = claims_lib.done_group(runs, low) or (low,)
+  if len(group) < 2:
+    return ""
+  held = sum(bool(results.c0_singles_out(runs[g]["c0"])) for g in group)
+  return (f" Over its {claims_lib.seed_list(group)}: (b) holds for {held} of {len(group)} (AUROC "
+          + ", ".join(f"{runs[g]['c0']['auroc']:.2f}" for g in group) + "); MAE "
+          + ", ".join(rel(runs[g]["metrics"], ref, "mae") for g in group) + f" against `{ref}`.")
 

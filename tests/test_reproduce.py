@@ -495,6 +495,12 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
   assert [ln.split(" | ")[0] for ln in lines if ln.startswith("| `")][-1] == "| `ncnn_conf_l1_masked_lr3e-3` (1)"
   assert ("against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; MAE +12.5 % / RMSE +4.0 % against "
           "`ncnn_conf_l1_masked_lr3e-3` (lr 0.003): (d) does not hold; at lr 0.01") in lines[-1]
+  # A second seed at the lower lr: (b) and (d) over both seeds; 600 / 500 = +20.0 %.
+  runs["pncnn_masked_lr3e-3_seed1"] = _fake_run(600, 2700, 0.06, *bad)
+  lines = report_why.learning_rate_lines(runs, 0.01)
+  assert lines[-1].endswith("mean c0 disturbed / clean 0.05. Over its seeds 0-1: (b) holds for 1 of 2 (AUROC 0.90, "
+                            "0.30); MAE +8.0 %, +20.0 % against `ncnn_conf_l1_masked`.")
+  del runs["pncnn_masked_lr3e-3_seed1"]
   recipe = paper.SCALES["long"]
   assert report.lr_curves(runs, recipe, tmp_path) == []  # pncnn_masked has no validation curve
   runs["pncnn_masked"]["convergence"] = {"val_curve": [[250, 3000.0, 800.0], [500, 2800.0, 700.0]]}
