@@ -127,6 +127,14 @@ def test_learning_rate_option_sets_only_the_lr_before_the_drop():
   assert ref.learning_rate == 0.003 and ref.model.mask_input_confidence and ref.variant == "ncnn_conf_l1"
 
 
+def test_grad_clip_option_sets_only_the_clip_norm():
+  plain, clipped = (paper.run_config(paper.RUNS_BY_NAME[n], "long") for n in ("pncnn_masked", "pncnn_masked_clip10"))
+  assert plain.grad_clip_norm == 0.0 and clipped.grad_clip_norm == 10.0
+  rest = lambda c: {k: v for k, v in c.to_dict().items() if k != "grad_clip_norm"}  # noqa: E731
+  assert rest(plain) == rest(clipped)
+  assert paper.run_config(paper.RUNS_BY_NAME["pncnn_masked_clip10_seed1"], "long").seed == 1
+
+
 def test_pretrained_round_trip_and_errors(tmp_path):
   tree = {"params": {"a": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}}, "batch_stats": {"m": np.ones(2)}}
   pretrained.save(tree, {"name": "x", "variant": "ncnn"}, tmp_path / "synthetic", "x")
