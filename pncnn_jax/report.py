@@ -282,7 +282,7 @@ def carried_lines(summary: dict[str, Any]) -> list[str]:
     lines += [f"**Carried over from earlier sittings.** These rows were measured by an earlier sitting whose workdir "
               "this machine no longer has, and no shipped weights of the same runs exist (`--carry`; same recipe, "
               f"same evaluation). By the page they were copied from (its commit and date): {'; '.join(parts)}. The "
-              "qualitative panel shows only runs evaluated here.", ""]
+              "qualitative panel shows only runs evaluated here (when none was, it is the one drawn before, kept).", ""]
   return lines
 
 

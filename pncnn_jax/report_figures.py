@@ -15,6 +15,10 @@ import numpy as np
 from pncnn_jax import losses, viz
 
 
+PANEL_CAPTION = ("One held-out scene: input, ground truth, and for each model the prediction, its error, its "
+                 "uncertainty and its input confidence.")
+
+
 def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, scenes: str, crop: tuple[int, int],
             main_order: Sequence[str], ablation_order: Sequence[str]) -> list[tuple[str, str]]:
   """Draws the page's figures into `figdir` and returns their (file name, caption) pairs.
@@ -26,7 +30,9 @@ def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, s
   c0_histogram.png    the learned input confidence on disturbed vs clean input points, one panel per c0 model.
   panels.png          one held-out scene (input, truth; each model's prediction, error, uncertainty and c0), from
                       <workdir>/eval/<run>_panels.npz.
-  Runs missing from `runs` (or their panels file) are left out; a figure with nothing to show is not drawn.
+  Runs missing from `runs` (or their panels file) are left out; a figure with nothing to show is not drawn, except
+  panels.png: when no run has its panels file here (every row carried from an earlier sitting), the panels.png
+  already in `figdir` is kept and listed, with a caption saying so.
   """
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -61,6 +67,9 @@ def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, s
   panel = _panel(runs, workdir, figdir, plt, crop)
   if panel:
     out.append(panel)
+  elif (figdir / "panels.png").exists():  # no run of the page evaluated here (rows carried): keep the drawn one
+    out.append(("panels.png", PANEL_CAPTION + " Drawn when these runs were last evaluated: none of the page's runs "
+                "was evaluated in the workdir that wrote this page, so the figure was kept, not redrawn."))
   return out
 
 
@@ -109,8 +118,7 @@ def _panel(runs, workdir, figdir, plt, crop):
   fig.tight_layout()
   fig.savefig(figdir / "panels.png", dpi=100)
   plt.close(fig)
-  return ("panels.png", "One held-out scene: input, ground truth, and for each model the prediction, its error, "
-          "its uncertainty and its input confidence.")
+  return ("panels.png", PANEL_CAPTION)
 
 
 def _sparsification(runs: dict[str, Any], figdir: pathlib.Path, scenes: str, main_order: Sequence[str],

@@ -300,6 +300,18 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   assert again["runs"]["ncnn"]["carried_from"]["commit"] == "0123456789ab"  # the sitting that measured it
 
 
+def test_a_page_of_carried_rows_keeps_its_drawn_panel(tmp_path):
+  from pncnn_jax import report, report_figures
+  figdir, workdir = tmp_path / "figs", tmp_path / "wd"
+  figdir.mkdir()
+  args = (workdir, figdir, "4 scenes", (64, 320), report.MAIN_ORDER, report.ABLATION_ORDER)
+  assert report_figures.figures({}, *args) == []  # nothing evaluated here and nothing drawn before: no panel
+  (figdir / "panels.png").write_bytes(b"drawn by an earlier sitting")
+  [(name, caption)] = report_figures.figures({}, *args)
+  assert name == "panels.png" and caption.startswith(report_figures.PANEL_CAPTION) and "kept, not redrawn" in caption
+  assert (figdir / "panels.png").read_bytes() == b"drawn by an earlier sitting"
+
+
 @pytest.mark.parametrize("changes,error", [
     ({"scale": "long"}, "its runs are of the 'long' scale, not 'smoke'"),
     ({"recipe": {**paper.SCALES["smoke"], "batch_size": 3}}, "trained with another 'smoke' recipe"),
