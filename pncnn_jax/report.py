@@ -22,7 +22,7 @@ MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "
 ABLATION_ORDER = ("pncnn_masked", "no_conf_est", "no_var_est_masked", "depth_pred_masked", "laplace_masked",
                   "pncnn_beta_masked", "pncnn_beta1_masked", "pncnn_aux_masked", "pncnn_beta_aux_masked",
                   "pncnn_detach_masked", "pncnn_beta_detach_masked", "sparse_var_beta_detach_masked",
-                  "sparse_var_laplace_detach_masked", "pncnn_masked_lr3e-3")
+                  "sparse_var_laplace_detach_masked", "pncnn_masked_lr3e-3", "pncnn_masked_clip10")
 
 
 def _row(name: str, e: dict[str, Any]) -> str:
@@ -339,8 +339,9 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
             "change to pNCNN: `beta` = beta-NLL weights (beta 0.5; `beta1`: beta 1), `aux` = an L1 term on mu "
             "added to the NLL, `detach` = the variance UNet's input detached (its loss trains only itself), "
             "`sparse_var` = a variance UNet that sees the sparse input beside cout, `lr3e-3` = lr 0.003 before the "
-            "drop instead of the scale's (a recipe change, not a model change). AUCE and NLL score every row's "
-            "sigma as a Gaussian's; for `laplace` sigma is its Laplace's standard deviation (sqrt(2) b), so those "
+            "drop instead of the scale's, `clip10` = each gradient clipped to global L2 norm 10 before Adam "
+            "(both recipe changes, not model changes). AUCE and NLL score every row's sigma as a Gaussian's; for "
+            "`laplace` sigma is its Laplace's standard deviation (sqrt(2) b), so those "
             "two columns do not score it by its own Laplace likelihood (AUSE, a ranking, does not depend on the "
             "shape).", "", HEADER]
   lines += [_row(n, runs[n]) for n in ABLATION_ORDER if n in runs]
@@ -360,7 +361,8 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
   lines += ["## The claims that do not hold, and why", "", *report_why.discussion(runs),
             *claims_lib.variance_unet_lines(runs),
             *claims_lib.data_term_lines(runs),
-            *report_why.learning_rate_lines(runs, summary["recipe"]["learning_rate"]), "",
+            *report_why.learning_rate_lines(runs, summary["recipe"]["learning_rate"]),
+            *report_why.grad_clip_lines(runs), "",
             "## Figures", ""]
   lines += [f"![{t}]({figsub}/{f})\n\n{t}\n" for f, t in figures]
   return lines + _not_included(summary)

@@ -189,3 +189,35 @@ def _lower_lr_seeds(runs: dict[str, Any], low: str, ref: str, rel) -> str:
           + ", ".join(f"{runs[g]['c0']['auroc']:.2f}" for g in group) + "); MAE "
           + ", ".join(rel(runs[g]["metrics"], ref, "mae") for g in group) + f" against `{ref}`.")
 
+
+
+def grad_clip_lines(runs: dict[str, Any]) -> list[str]:
+  """Claims (b) and (d) for masked pNCNN trained with its gradient clipped (paper.Run.grad_clip_norm), beside the same
+  recipe unclipped and the (d) reference, every finished seed of each: does an outlier batch throw c0? [] unless
+  `pncnn_masked_clip10` and `pncnn_masked` are in `runs`."""
+  clip, ref, d_ref = "pncnn_masked_clip10", "pncnn_masked", "ncnn_conf_l1_masked"
+  if clip not in runs or ref not in runs:
+    return []
+  norm = lambda n: f"{paper.RUNS_BY_NAME[n].grad_clip_norm:g}" if paper.RUNS_BY_NAME[n].grad_clip_norm else "none"  # noqa: E731
+  seeds = lambda n: claims_lib.done_group(runs, n) or (n,)  # noqa: E731
+  lines = ["", f"**Gradient clipping** (masked c0; our recipe option: the same recipe with each gradient scaled to a "
+           f"global L2 norm of at most {norm(clip)} before Adam, so that one outlier batch cannot throw Adam's "
+           "moments; c0 turned reversed right after a loss spike in both runs where one was logged):", "",
+           f"| run (seeds) | clip norm | {claims_lib.SEED_COLUMNS} | val curve flat |", "|---" * 9 + "|"]
+  for n in (n for n in (ref, clip, d_ref) if n in runs):
+    group = [runs[g] for g in seeds(n)]
+    lines.append(f"| `{n}` ({len(group)}) | {norm(n)} | {claims_lib.seed_cells(group)} | "
+                 + ", ".join(flat_label(bool((r.get("convergence") or {}).get("flat")),
+                                        (r.get("convergence") or {}).get("rmse_change_last_30pct")) for r in group)
+                 + " |")
+  held = lambda n: sum(bool(results.c0_singles_out(runs[g]["c0"])) for g in seeds(n))  # noqa: E731
+  aurocs = lambda n: ", ".join(f"{runs[g]['c0']['auroc']:.2f}" for g in seeds(n))  # noqa: E731
+  line = (f"- **(b) and clipping.** (b) holds for {held(clip)} of {len(seeds(clip))} clipped "
+          f"({claims_lib.seed_list(seeds(clip))}; AUROC {aurocs(clip)}) against {held(ref)} of {len(seeds(ref))} "
+          f"unclipped ({claims_lib.seed_list(seeds(ref))}; AUROC {aurocs(ref)}).")
+  if d_ref in runs:
+    rel = ", ".join(f"{100 * (runs[g]['metrics']['mae'] / runs[d_ref]['metrics']['mae'] - 1):+.1f} %"
+                    for g in seeds(clip))
+    close = sum(bool(results.accuracy_close(runs[g]["metrics"], runs[d_ref]["metrics"])) for g in seeds(clip))
+    line += f" Clipped, MAE {rel} against `{d_ref}`: (d) holds for {close} of {len(seeds(clip))}."
+  return lines + ["", line]

@@ -531,6 +531,32 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
                             "recipe: lr 0.01 (dashed) and lr 0.003 (solid)")
 
 
+def test_grad_clip_lines_count_claims_b_and_d_over_the_clipped_seeds():
+  """The clipped runs beside the same recipe unclipped and the (d) reference, every finished seed; worked by hand."""
+  from pncnn_jax import report_why  # pylint: disable=g-import-not-at-top
+  good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
+  flat = {"convergence": {"flat": True, "rmse_change_last_30pct": 0.01}}
+  runs = {"pncnn_masked": _fake_run(700, 2800, 0.1, *bad), "pncnn_masked_seed1": _fake_run(750, 2900, 0.1, *bad),
+          "ncnn_conf_l1_masked": _fake_run(500, 2500, 0.2, *good) | flat}
+  assert report_why.grad_clip_lines(runs) == []  # no clipped run yet
+  runs["pncnn_masked_clip10"] = _fake_run(540, 2600, 0.06, *good) | flat
+  lines = report_why.grad_clip_lines(runs)
+  assert [ln for ln in lines if ln.startswith("| `")] == [
+      "| `pncnn_masked` (2) | none | 0.30, 0.30 | 0.40, 0.40 | 0 of 2 | 700, 750 | 2800, 2900 | 0.100, 0.100 | "
+      "n/a, n/a |",
+      "| `pncnn_masked_clip10` (1) | 10 | 0.90 | 0.85 | 1 of 1 | 540 | 2600 | 0.060 | yes |",
+      "| `ncnn_conf_l1_masked` (1) | none | 0.90 | 0.85 | 1 of 1 | 500 | 2500 | 0.200 | yes |"]
+  # 540 / 500 = +8.0 % and 2600 / 2500 = +4.0 %: within 10 %, (d) holds
+  assert lines[-1] == ("- **(b) and clipping.** (b) holds for 1 of 1 clipped (seed 0; AUROC 0.90) against 0 of 2 "
+                       "unclipped (seeds 0-1; AUROC 0.30, 0.30). Clipped, MAE +8.0 % against `ncnn_conf_l1_masked`: "
+                       "(d) holds for 1 of 1.")
+  runs["pncnn_masked_clip10_seed1"] = _fake_run(600, 2700, 0.06, *bad)  # 600 / 500 = +20.0 %: (d) does not hold
+  assert report_why.grad_clip_lines(runs)[-1] == (
+      "- **(b) and clipping.** (b) holds for 1 of 2 clipped (seeds 0-1; AUROC 0.90, 0.30) against 0 of 2 unclipped "
+      "(seeds 0-1; AUROC 0.30, 0.30). Clipped, MAE +8.0 %, +20.0 % against `ncnn_conf_l1_masked`: (d) holds for 1 "
+      "of 2.")
+
+
 def test_claims_name_unequal_training_lengths():
   """A claim comparing runs trained for different numbers of steps says so (the demo's shipped models mix scales);
   runs of one length, or without a step, get no note. The verdict itself is unchanged."""
