@@ -150,12 +150,7 @@ def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
   lines = ["", f"**The learning rate** (masked c0; our recipe option: the same recipe with the lr before the drop "
            f"lowered from {scale_lr:g}, the drop at the same step):", "",
            f"| run (seeds) | lr | {claims_lib.SEED_COLUMNS} | val curve flat |", "|---" * 9 + "|"]
-  for n in names:
-    group = [runs[g] for g in (claims_lib.done_group(runs, n) or (n,))]
-    lines.append(f"| `{n}` ({len(group)}) | {lr(n):g} | {claims_lib.seed_cells(group)} | "
-                 + ", ".join(flat_label(bool((r.get("convergence") or {}).get("flat")),
-                                        (r.get("convergence") or {}).get("rmse_change_last_30pct")) for r in group)
-                 + " |")
+  lines += [_seed_row(runs, n, f"{lr(n):g}") for n in names]
   ref_low, ref_scale = paper.LR_PAIRS[1]
   refs = [r for r in (ref_scale, ref_low) if r in runs]
   if not refs:
@@ -184,11 +179,26 @@ def _lower_lr_seeds(runs: dict[str, Any], low: str, ref: str, rel) -> str:
   group = claims_lib.done_group(runs, low) or (low,)
   if len(group) < 2:
     return ""
-  held = sum(bool(results.c0_singles_out(runs[g]["c0"])) for g in group)
-  return (f" Over its {claims_lib.seed_list(group)}: (b) holds for {held} of {len(group)} (AUROC "
-          + ", ".join(f"{runs[g]['c0']['auroc']:.2f}" for g in group) + "); MAE "
-          + ", ".join(rel(runs[g]["metrics"], ref, "mae") for g in group) + f" against `{ref}`.")
+  return (f" Over its {claims_lib.seed_list(group)}: (b) holds for {_b_over_seeds(runs, group)} (AUROC "
+          f"{_aurocs(runs, group)}); MAE " + ", ".join(rel(runs[g]["metrics"], ref, "mae") for g in group)
+          + f" against `{ref}`.")
 
+
+def _seed_row(runs: dict[str, Any], name: str, setting: str) -> str:
+  """'| `name` (n) | setting | SEED_COLUMNS cells | val curve flat |' over the finished seeds of `name`'s recipe."""
+  group = [runs[g] for g in (claims_lib.done_group(runs, name) or (name,))]
+  flat = ", ".join(flat_label(bool((r.get("convergence") or {}).get("flat")),
+                              (r.get("convergence") or {}).get("rmse_change_last_30pct")) for r in group)
+  return f"| `{name}` ({len(group)}) | {setting} | {claims_lib.seed_cells(group)} | {flat} |"
+
+
+def _b_over_seeds(runs: dict[str, Any], group: tuple[str, ...]) -> str:
+  """'k of n': for how many of the runs `group` claim (b) holds."""
+  return f"{sum(bool(results.c0_singles_out(runs[g]['c0'])) for g in group)} of {len(group)}"
+
+
+def _aurocs(runs: dict[str, Any], group: tuple[str, ...]) -> str:
+  return ", ".join(f"{runs[g]['c0']['auroc']:.2f}" for g in group)
 
 
 def grad_clip_lines(runs: dict[str, Any]) -> list[str]:
@@ -204,17 +214,11 @@ def grad_clip_lines(runs: dict[str, Any]) -> list[str]:
            f"global L2 norm of at most {norm(clip)} before Adam, so that one outlier batch cannot throw Adam's "
            "moments; c0 turned reversed right after a loss spike in both runs where one was logged):", "",
            f"| run (seeds) | clip norm | {claims_lib.SEED_COLUMNS} | val curve flat |", "|---" * 9 + "|"]
-  for n in (n for n in (ref, clip, d_ref) if n in runs):
-    group = [runs[g] for g in seeds(n)]
-    lines.append(f"| `{n}` ({len(group)}) | {norm(n)} | {claims_lib.seed_cells(group)} | "
-                 + ", ".join(flat_label(bool((r.get("convergence") or {}).get("flat")),
-                                        (r.get("convergence") or {}).get("rmse_change_last_30pct")) for r in group)
-                 + " |")
-  held = lambda n: sum(bool(results.c0_singles_out(runs[g]["c0"])) for g in seeds(n))  # noqa: E731
-  aurocs = lambda n: ", ".join(f"{runs[g]['c0']['auroc']:.2f}" for g in seeds(n))  # noqa: E731
-  line = (f"- **(b) and clipping.** (b) holds for {held(clip)} of {len(seeds(clip))} clipped "
-          f"({claims_lib.seed_list(seeds(clip))}; AUROC {aurocs(clip)}) against {held(ref)} of {len(seeds(ref))} "
-          f"unclipped ({claims_lib.seed_list(seeds(ref))}; AUROC {aurocs(ref)}).")
+  lines += [_seed_row(runs, n, norm(n)) for n in (ref, clip, d_ref) if n in runs]
+  line = (f"- **(b) and clipping.** (b) holds for {_b_over_seeds(runs, seeds(clip))} clipped "
+          f"({claims_lib.seed_list(seeds(clip))}; AUROC {_aurocs(runs, seeds(clip))}) against "
+          f"{_b_over_seeds(runs, seeds(ref))} unclipped "
+          f"({claims_lib.seed_list(seeds(ref))}; AUROC {_aurocs(runs, seeds(ref))}).")
   if d_ref in runs:
     rel = ", ".join(f"{100 * (runs[g]['metrics']['mae'] / runs[d_ref]['metrics']['mae'] - 1):+.1f} %"
                     for g in seeds(clip))
