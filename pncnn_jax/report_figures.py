@@ -17,6 +17,11 @@ from pncnn_jax import losses, viz
 
 PANEL_CAPTION = ("One held-out scene: input, ground truth, and for each model the prediction, its error, its "
                  "uncertainty and its input confidence.")
+# The runs each figure shows, when the page has them: the qualitative panel (one row each) and the c0 histogram (the
+# models with a learned c0 that the claims name, official and masked; at most four panels a row).
+PANEL_RUNS = ("ncnn", "pncnn", "pncnn_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
+HISTOGRAM_RUNS = ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_exp", "pncnn_masked", "pncnn_beta_masked",
+                  "sparse_var_beta_detach_masked")
 
 
 def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, scenes: str, crop: tuple[int, int],
@@ -43,11 +48,14 @@ def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, s
     out.append(("sparsification.png", "Sparsification curves (pNCNN normalisation; lower is better; the area between "
                 "a model's curve and the oracle is its AUSE): left the paper's models, right the pNCNN variants "
                 "(ablations and our options) against `pncnn_masked`."))
-  learned = [n for n in ("ncnn_conf_l1", "ncnn_conf_l1_masked", "pncnn", "pncnn_masked", "pncnn_beta_masked",
-                         "sparse_var_beta_detach_masked") if n in runs]
+  learned = [n for n in HISTOGRAM_RUNS if n in runs]
   if learned:
-    fig, axes = plt.subplots(1, len(learned), figsize=(4.2 * len(learned), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], learned):
+    cols = min(len(learned), 4)
+    rows = -(-len(learned) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(learned):]:
+      ax.axis("off")
+    for ax, name in zip(axes.flat, learned):
       c = runs[name]["c0"]
       edges = np.asarray(c["hist_edges_log10"])
       for key, colour, label in (("hist_clean", "tab:blue", "clean"), ("hist_disturbed", "tab:red", "disturbed")):
@@ -67,15 +75,15 @@ def figures(runs: dict[str, Any], workdir: pathlib.Path, figdir: pathlib.Path, s
   panel = _panel(runs, workdir, figdir, plt, crop)
   if panel:
     out.append(panel)
-  elif (figdir / "panels.png").exists():  # no run of the page evaluated here (rows carried): keep the drawn one
-    out.append(("panels.png", PANEL_CAPTION + " Drawn when these runs were last evaluated: none of the page's runs "
-                "was evaluated in the workdir that wrote this page, so the figure was kept, not redrawn."))
+  elif (figdir / "panels.png").exists():  # none of its runs evaluated here (rows carried): keep the drawn one
+    out.append(("panels.png", PANEL_CAPTION + " Drawn when its runs were last evaluated: none of the runs it shows ("
+                + ", ".join(f"`{n}`" for n in PANEL_RUNS) + ") was evaluated in the workdir that wrote this page, so "
+                "the figure was kept, not redrawn."))
   return out
 
 
 def _panel(runs, workdir, figdir, plt, crop):
-  names = [n for n in ("ncnn", "pncnn", "pncnn_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
-           if n in runs and (workdir / "eval" / f"{n}_panels.npz").exists()]
+  names = [n for n in PANEL_RUNS if n in runs and (workdir / "eval" / f"{n}_panels.npz").exists()]
   if not names:
     return None
   loaded = {n: dict(np.load(workdir / "eval" / f"{n}_panels.npz")) for n in names}

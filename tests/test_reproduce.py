@@ -309,6 +309,7 @@ def test_a_page_of_carried_rows_keeps_its_drawn_panel(tmp_path):
   (figdir / "panels.png").write_bytes(b"drawn by an earlier sitting")
   [(name, caption)] = report_figures.figures({}, *args)
   assert name == "panels.png" and caption.startswith(report_figures.PANEL_CAPTION) and "kept, not redrawn" in caption
+  assert "none of the runs it shows (`ncnn`, `pncnn`, `pncnn_masked`," in caption  # not 'none of the page's runs'
   assert (figdir / "panels.png").read_bytes() == b"drawn by an earlier sitting"
 
 
