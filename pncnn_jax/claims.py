@@ -235,12 +235,17 @@ _KINDS = (("absolute", "an absolute error"), ("squared", "a squared error"),
 SEED_COLUMNS = "AUROC c0 | same, within depth deciles | (b) holds | MAE [mm] | RMSE [mm] | AUSE (pNCNN)"
 
 
+def b_count(rs: list[dict[str, Any]]) -> str:
+  """'k of n': for how many of the results rows `rs` claim (b) holds (results.c0_singles_out)."""
+  return f"{sum(bool(results.c0_singles_out(r['c0'])) for r in rs)} of {len(rs)}"
+
+
 def seed_cells(rs: list[dict[str, Any]]) -> str:
   """A recipe's SEED_COLUMNS cells over its finished seeds `rs` (results rows): each value per seed, comma-separated,
   and for how many of them claim (b) holds."""
   per_seed = lambda f, d: ", ".join(f"{f(r):.{d}f}" for r in rs)  # noqa: E731  (d decimals)
   return " | ".join([per_seed(lambda r: r["c0"]["auroc"], 2), per_seed(lambda r: r["c0"]["auroc_depth_bins"], 2),
-                     f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)}",
+                     b_count(rs),
                      per_seed(lambda r: r["metrics"]["mae"], 0), per_seed(lambda r: r["metrics"]["rmse"], 0),
                      per_seed(lambda r: r["uncertainty"]["ause_pncnn"], 3)])
 
@@ -260,12 +265,11 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|---|"]
   for t, rs in rows:
     lines.append(f"| `{t.run}` ({len(rs)}) | {t.data_term} | {t.grad} | {t.var_input} | {seed_cells(rs)} |")
-  count = lambda rs: f"{sum(results.c0_singles_out(r['c0']) for r in rs)} of {len(rs)} runs"
   counts = []
   for kind, words in _KINDS:
     rs = [r for t, group in rows if t.kind == kind and not t.detached for r in group]
     if rs:
-      counts.append(f"in {count(rs)} trained on {words}")
+      counts.append(f"in {b_count(rs)} runs trained on {words}")
   detached = [r for t, group in rows if t.detached for r in group]
   lines += ["", "- **(b) and the data term.** c0 singles out the disturbed points " + ", ".join(counts[:-1])
             + (" and " if len(counts) > 1 else "") + counts[-1] + "."]
@@ -273,9 +277,10 @@ def data_term_lines(runs: dict[str, Any]) -> list[str]:
     reversed_ = lambda rs: sum(r["c0"]["auroc"] < 0.5 for r in rs)
     open_ = [r for t, group in rows if t.var_input == "cout" for r in group]
     lines.append(f"- **(b) and the variance UNet's gradient.** With the variance UNet's input detached, c0 singles "
-                 f"out the disturbed points in {count(detached)}, and {reversed_(detached)} of {len(detached)} give "
-                 "it reversed (AUROC < 0.5)" + (f", against {reversed_(open_)} of {len(open_)} runs whose variance "
-                                                "UNet trains c0 through cout." if open_ else "."))
+                 f"out the disturbed points in {b_count(detached)} runs, and {reversed_(detached)} of {len(detached)} "
+                 "give it reversed (AUROC < 0.5)"
+                 + (f", against {reversed_(open_)} of {len(open_)} runs whose variance UNet trains c0 through cout."
+                    if open_ else "."))
     ause = {t.run: [r["uncertainty"]["ause_pncnn"] for r in rs] for t, rs in rows}
     have = [k for k in ("pncnn_beta_masked", "pncnn_beta_detach_masked", "sparse_var_beta_detach_masked") if k in ause]
     if len(have) > 1:

@@ -193,8 +193,8 @@ def _seed_row(runs: dict[str, Any], name: str, setting: str) -> str:
 
 
 def _b_over_seeds(runs: dict[str, Any], group: tuple[str, ...]) -> str:
-  """'k of n': for how many of the runs `group` claim (b) holds."""
-  return f"{sum(bool(results.c0_singles_out(runs[g]['c0'])) for g in group)} of {len(group)}"
+  """claims.b_count over the runs named in `group`."""
+  return claims_lib.b_count([runs[g] for g in group])
 
 
 def _aurocs(runs: dict[str, Any], group: tuple[str, ...]) -> str:
