@@ -7,13 +7,13 @@ PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3 p
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then echo $$p; break; fi; done)
 PYTEST_ARGS ?=
 
-.PHONY: venv lint test demo bench clean
+.PHONY: venv lint docs test demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.11 found (set PYTHON=...)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,docs]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -22,7 +22,11 @@ venv: $(VENV)/.installed
 lint: venv
 	$(PY) -m ruff check .
 
-test: venv lint
+# The documentation site (mkdocs.yml), strict: every link, anchor and page resolves; into build/site (git-ignored).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
+
+test: venv lint docs
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 demo: venv

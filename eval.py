@@ -15,7 +15,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from pncnn_jax import cli, distributed
+from pncnn_jax.runtime import cli, distributed
 
 __doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
 
@@ -40,20 +40,22 @@ def main(argv):
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import (
+    evaluate,  # pylint: disable=g-import-not-at-top
+    from_config,  # pylint: disable=g-import-not-at-top
+  )
   from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
   try:
-    config_lib.check_config(_CONFIG.value, training=False)
+    from_config.check_config(_CONFIG.value, training=False)
     if not _PAIRS_DIR.value:
-      config_lib.check_data(_CONFIG.value, training=False)  # the evaluation split is built
-  except (config_lib.ConfigError, DatasetNotFoundError) as e:  # one line, exit 2, nothing created
+      from_config.check_data(_CONFIG.value, training=False)  # the evaluation split is built
+  except (from_config.ConfigError, DatasetNotFoundError) as e:  # one line, exit 2, nothing created
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   if not _WORKDIR.value and not _OUTPUT.value:
     raise app.UsageError("give --workdir or --output (where the reports go)")
   if "ensemble" in _CONFIG.value:  # members and fusion rules side by side (paper Table 3)
-    from pncnn_jax import ensemble  # pylint: disable=g-import-not-at-top
+    from pncnn_jax.ensemble import members as ensemble  # pylint: disable=g-import-not-at-top
     try:
       members = [c.strip() for c in _CHECKPOINT.value.split(",")]  # K checkpoints, or a step of --workdir
       rows = ensemble.evaluate_ensemble_config(_CONFIG.value, members if len(members) > 1 else _WORKDIR.value,
@@ -65,10 +67,13 @@ def main(argv):
       ensemble.write_ensemble_eval(rows, pathlib.Path(_OUTPUT.value), _CONFIG.value.metrics)
       print(f"wrote {_OUTPUT.value}/ensemble_eval.md and ensemble_eval.json")
     return
-  if _CONFIG.value.metrics == "flow":  # sparse optical flow (configs/flow_synthetic.py)
-    from pncnn_jax import flow_eval  # pylint: disable=g-import-not-at-top
+  try:
+    own = evaluate.get_metric_set(_CONFIG.value.metrics).evaluate_checkpoint
+  except ValueError as e:
+    _fail(e, 2)
+  if own is not None:  # an extension's own evaluation (pncnn_jax.flow: configs/flow_synthetic.py)
     try:
-      flow_eval.evaluate_flow_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, _OUTPUT.value)
+      own(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, _OUTPUT.value)
     except (ValueError, FileNotFoundError, FloatingPointError) as e:
       sys.exit(f"error: {e}")
     return
@@ -88,6 +93,6 @@ def _fail(error: Exception, status: int) -> None:
 
 
 if __name__ == "__main__":
-  from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
-  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
+  from pncnn_jax.runtime import hostmem  # pylint: disable=g-import-not-at-top
+  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/runtime/hostmem.py)
   app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -2,9 +2,9 @@ r"""Trains a pNCNN-family model: `python train.py --config configs/kitti.py:pncn
 
 Rerunning the same command resumes from the latest checkpoint in DIR. Config fields can be overridden on the
 command line (`--config.batch_size=8`); a misspelled field is an error (the config is locked). Multi-process (one
-process per host or per GPU, README "Multi-process training"): run the same command in every process with
+process per host or per GPU, docs/guide/multi-host.md): run the same command in every process with
 `--coordinator_address=HOST:PORT --num_processes=N --process_id=I`, or `--multihost` alone in a SLURM job or on a
-TPU pod slice (pncnn_jax/distributed.py); `jax.distributed.initialize` runs before anything touches a device.
+TPU pod slice (pncnn_jax/runtime/distributed.py); `jax.distributed.initialize` runs before anything touches a device.
 """
 
 import sys
@@ -13,7 +13,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from pncnn_jax import cli, distributed
+from pncnn_jax.runtime import cli, distributed
 
 __doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
 
@@ -33,9 +33,11 @@ def main(argv):
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   import jax  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import evaluate, train  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+
+  from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.from_config import ConfigError  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import loop as train  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
   try:
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
@@ -59,6 +61,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
-  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
+  from pncnn_jax.runtime import hostmem  # pylint: disable=g-import-not-at-top
+  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/runtime/hostmem.py)
   app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -16,7 +16,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several test workers share one dev
 py=${PYTHON:-python3}
 
 $py -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())" | tee "$out/devices.txt"
-suites=(${SUITES:-tests/test_models_parity.py tests/test_layers.py tests/test_cpu_kernels.py tests/test_train_step_golden.py tests/test_losses.py})
+suites=(${SUITES:-tests/nn/test_models_parity.py tests/nn/test_layers.py tests/nn/test_cpu_kernels.py tests/training/test_train_step_golden.py tests/test_losses.py})
 # The parity suites on the accelerator (models default to float32 convolutions, so the official tolerances hold),
 # then the benchmark (float32 and precision='default' rows).
 $py -m pytest -q -n "${WORKERS:-8}" -p no:cacheprovider -rfE "${suites[@]}" 2>&1 | tee "$out/pytest.log"

@@ -29,7 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import data, ensemble, evaluate, models, train
+from pncnn_jax import data, evaluate
+from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.nn import models
+from pncnn_jax.training import loop as train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- ensemble:begin -->", "<!-- ensemble:end -->"
@@ -169,6 +172,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  from pncnn_jax import hostmem  # pylint: disable=g-import-not-at-top
-  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
+  from pncnn_jax.runtime import hostmem  # pylint: disable=g-import-not-at-top
+  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/runtime/hostmem.py)
   sys.exit(main())

@@ -38,7 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import hostmem, models, train_step
+from pncnn_jax.nn import models
+from pncnn_jax.runtime import hostmem
+from pncnn_jax.training import step as train_step
 
 H, W = 352, 1216
 HERE = pathlib.Path(__file__).resolve().parent
@@ -259,7 +261,7 @@ def run_cpu(repeats: int, torch_python: str | None, rows: list[str]) -> dict:
   for name in rows:
     # No persistent compilation cache: the compile and first-call figures are those of a cold start.
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    if name.endswith("_4k_pages"):  # without huge pages: own process (see pncnn_jax/hostmem.py)
+    if name.endswith("_4k_pages"):  # without huge pages: own process (see pncnn_jax/runtime/hostmem.py)
       env.pop("GLIBC_TUNABLES", None)
       env[hostmem.OPT_OUT] = "1"
     results["rows"][name] = _child([__file__, "--row", name, f"--repeats={repeats}"], env)
@@ -352,5 +354,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/hostmem.py)
+  hostmem.reexec_with_hugepages()  # 2 MiB pages for XLA's per-step buffers (see pncnn_jax/runtime/hostmem.py)
   sys.exit(main())

@@ -1,5 +1,5 @@
 """The markdown section of bench/bench_forward.py: tables, ratios against the official figures and PyTorch, and
-the plain list of where pncnn_jax is behind. Pure functions of the results dict (tests/test_bench_report.py)."""
+the plain list of where pncnn_jax is behind. Pure functions of the results dict (tests/bench/test_bench_report.py)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ ROWS = [
     ("train_pncnn_b4_tf32", "train", "pncnn", 4, H, W, "tf32"),
     ("train_pncnn_b16_f32", "train", "pncnn", 16, H, W, "float32"),
     ("train_pncnn_b16_tf32", "train", "pncnn", 16, H, W, "tf32"),
-    # The training shape of the synthetic reproduction (pncnn_jax.paper.SCALES, batch 4 of 64x320 crops).
+    # The training shape of the synthetic reproduction (pncnn_jax.experiments.runs.SCALES, batch 4 of 64x320 crops).
     ("train_pncnn_b4_64x320_f32", "train", "pncnn", 4, 64, 320, "float32"),
 ]
 QUICK = {"fwd_pncnn_b1_f32", "train_pncnn_b4_f32"}
@@ -93,7 +93,10 @@ def jax_worker(rows, calls: int, repeats: int, emit) -> None:
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from pncnn_jax import ensemble, models, train_step
+
+  from pncnn_jax.ensemble import members as ensemble
+  from pncnn_jax.nn import models
+  from pncnn_jax.training import step as train_step
 
   rng = np.random.default_rng(0)
   programs = {}
@@ -228,14 +231,17 @@ def check_worker(emit, platform_name: str = "gpu") -> None:
   import numpy as np
   import torch
   import torch_pncnn
-  from pncnn_jax import convert, losses, models
+
+  from pncnn_jax import losses
+  from pncnn_jax.checkpoints import convert
+  from pncnn_jax.nn import models
 
   torch.backends.cudnn.allow_tf32 = False
   torch.backends.cuda.matmul.allow_tf32 = False
   dev = torch.device("cuda" if platform_name == "gpu" else "cpu")
   # A trained pNCNN (the shipped `synthetic:pncnn`, the official network form) on two synthetic scenes: random
   # weights give gradients so ill-conditioned that float32 runs of one framework differ by percents.
-  from pncnn_jax import loader  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.checkpoints import loader  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data import synthetic  # pylint: disable=g-import-not-at-top
   scenes = [synthetic.generate(0, i, window=(144, 448, 64, 320), stream=1) for i in range(2)]
   sparse = np.stack([s["sparse"] for s in scenes]).astype(np.float32)
@@ -278,9 +284,9 @@ def check_worker(emit, platform_name: str = "gpu") -> None:
   # The gradients at this random init are ill-conditioned (float32 runs of the same network differ by percents in
   # some tensors), so both float32 gradients are held against a float64 run of the torch network: per tensor,
   # e = max |g - g64| / max |g64|, and ours must stay within 3x torch's own float32 error or within 1e-2
-  # (the tolerance tests/test_train_step_golden.py holds our gradients to against the official ones). The biases of
-  # the convolutions that feed a train-mode BatchNorm are left out: their exact gradient is 0 (the batch mean
-  # cancels them), so every run gives rounding noise there.
+  # (the tolerance tests/training/test_train_step_golden.py holds our gradients to against the official ones). The
+  # biases of the convolutions that feed a train-mode BatchNorm are left out: their exact gradient is 0 (the batch
+  # mean cancels them), so every run gives rounding noise there.
   import copy  # pylint: disable=g-import-not-at-top
   t64 = copy.deepcopy(tm).cpu().double()
   t64.zero_grad(set_to_none=True)

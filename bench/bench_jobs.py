@@ -1,12 +1,12 @@
-"""Training throughput of `python -m pncnn_jax.reproduce --jobs N` on CPU: one run on all cores against N runs at
-once (as `--jobs N` trains them), and against N runs at once each pinned to its own slice of the cores, measured
+"""Training throughput of `python -m pncnn_jax.experiments.reproduce --jobs N` on CPU: one run on all cores against N
+runs at once (as `--jobs N` trains them), and against N runs at once each pinned to its own slice of the cores, measured
 in one sitting.
 
   python bench/bench_jobs.py --output docs/BENCHMARKS.md [--runs ncnn_conf_l1,pncnn_masked] [--steps 120] [--jobs 2]
 
 For each run (its long-scale recipe: batch 4 of 64x320 crops, `paper.run_config`), a worker process compiles the
-jitted training step of `pncnn_jax.train`, runs 3 warm-up steps, then times `--steps` steps on one fixed batch of
-a rendered synthetic scene (a step's cost does not depend on the values). Setting A: one worker, all cores.
+jitted training step of `pncnn_jax.training.loop`, runs 3 warm-up steps, then times `--steps` steps on one fixed batch
+of a rendered synthetic scene (a step's cost does not depend on the values). Setting A: one worker, all cores.
 Setting B: `--jobs` workers at once, each pinned (sched_setaffinity) to its own contiguous slice of the cores.
 Setting C: as B, unpinned (each worker's thread pool spans all cores), which is what `--jobs` does. A total is the
 sum of the workers' steps/s.
@@ -45,8 +45,11 @@ def worker(run_name: str, steps: int) -> dict[str, float]:
   """Steps per second of `run_name`'s training step in this process (pinned by its parent, if at all)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import config as config_lib, paper, train  # pylint: disable=g-import-not-at-top
+
+  from pncnn_jax import from_config  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data import synthetic  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments import runs as paper  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import loop as train  # pylint: disable=g-import-not-at-top
   cfg = paper.run_config(paper.RUNS_BY_NAME[run_name], "long")
   h, w, b = cfg.data.train_crop_height, cfg.data.train_crop_width, cfg.batch_size
   full = synthetic.SyntheticConfig()  # centre-bottom windows of full frames, as the recipe's centre crops
@@ -55,7 +58,7 @@ def worker(run_name: str, steps: int) -> dict[str, float]:
   batch = {"sparse": np.stack([s["sparse"] for s in scenes]).astype(np.float32),
            "target": np.stack([s["target"] for s in scenes]).astype(np.float32)}
   mesh = train.make_mesh()
-  step = train.make_train_step(config_lib.variant_loss(cfg), mesh)
+  step = train.make_train_step(from_config.variant_loss(cfg), mesh)
   state = train.init_state(cfg, cfg.steps_per_epoch)
   batch = train.shard_batch(batch, mesh)
   for _ in range(3):
@@ -89,7 +92,8 @@ def _collect(procs: list[subprocess.Popen]) -> list[dict[str, float]]:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--output", default="", help="a markdown file whose jobs section is replaced")
-  parser.add_argument("--runs", default="ncnn_conf_l1,pncnn_masked", help="comma-separated pncnn_jax.paper run names")
+  parser.add_argument("--runs", default="ncnn_conf_l1,pncnn_masked",
+                      help="comma-separated run names (pncnn_jax.experiments.runs)")
   parser.add_argument("--steps", type=int, default=120, help="timed steps per worker")
   parser.add_argument("--jobs", type=int, default=2, help="workers at once in settings B and C")
   parser.add_argument("--worker", default="", help=argparse.SUPPRESS)

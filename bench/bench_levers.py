@@ -68,7 +68,11 @@ LEVERS = {
 def _patch(name: str) -> None:
   """The code levers, applied in the row's process before anything is traced."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import cpu_kernels, layers  # pylint: disable=g-import-not-at-top
+
+  from pncnn_jax.nn import (
+    cpu_kernels,  # pylint: disable=g-import-not-at-top
+    layers,  # pylint: disable=g-import-not-at-top
+  )
   if name == "skip_split":  # skip joins: one convolution per input, summed (no concatenation), in training too
     inputs = cpu_kernels.conv2d_same_inputs
     cpu_kernels.conv2d_same_inputs = lambda xs, w, precision=None, *, train=False: inputs(xs, w, precision)
@@ -171,7 +175,9 @@ def make_step(opts: dict, batch: int, height: int, width: int):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from pncnn_jax import models, train_step  # pylint: disable=g-import-not-at-top
+
+  from pncnn_jax.nn import models  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import step as train_step  # pylint: disable=g-import-not-at-top
   model = models.build_model("pncnn", remat=opts.get("remat", True))
   state = train_step.create_train_state(model, models.init_variables(model, jax.random.key(0)),
                                         train_step.make_optimizer(0.01))

@@ -4,7 +4,7 @@
 
 For every model and case in ../shared/reference/golden: the max absolute prediction error (m) and the max
 relative error of the two confidence channels; where the reference also ran in float64, our float32 error and the
-reference's own float32 error against that float64 run. The tests (tests/test_models_parity.py) assert the
+reference's own float32 error against that float64 run. The tests (tests/nn/test_models_parity.py) assert the
 tolerances; this script records the measured figures.
 """
 
@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import convert, models
+from pncnn_jax.checkpoints import convert
+from pncnn_jax.nn import models
 
 MODELS = {
     "kitti_ncnn_conf_l1": "ncnn_conf_l1", "kitti_ncnn_conf_l2": "ncnn_conf_l2", "nyu_ncnn_conf_l1": "ncnn_conf_l1",

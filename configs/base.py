@@ -1,12 +1,12 @@
 r"""The fields every config shares, with the published recipe's values (docs/SPEC.md §11).
 
 Not used alone: configs/kitti.py, nyu.py and synthetic.py start from `get_config(variant)` here and override
-what differs (flax examples/imagenet style). Variants: any key of `pncnn_jax.models.VARIANTS`.
+what differs (flax examples/imagenet style). Variants: any key of `pncnn_jax.nn.models.VARIANTS`.
 """
 
 import ml_collections
 
-from pncnn_jax import models
+from pncnn_jax.nn import models
 
 
 def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.ConfigDict:
@@ -15,9 +15,9 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   if variant not in models.VARIANTS:  # the one list of variants (a copy here would miss new ones)
     raise ValueError(f"configs/{name}.py: unknown variant {variant!r}; choose one of {', '.join(models.VARIANTS)}")
   c = ml_collections.ConfigDict()
-  c.variant = variant  # model preset, a key of pncnn_jax.models.VARIANTS
+  c.variant = variant  # model preset, a key of pncnn_jax.nn.models.VARIANTS
   c.loss = ""  # '' = the variant's published loss; else a key of pncnn_jax.losses.LOSSES
-  c.model = dict(  # pncnn_jax.models.PNCNN settings besides the variant's, passed as keyword arguments
+  c.model = dict(  # pncnn_jax.nn.models.PNCNN settings besides the variant's, passed as keyword arguments
       nconv_init="published",  # 'published' (Poisson, as the shipped checkpoints) or 'repo' (Kaiming)
       conv_precision="highest",  # UNet convolutions: 'highest' = float32 everywhere; 'default' = TF32/bf16 on GPU/TPU
       mask_input_confidence=False,  # our option, not the official network: c0 <- c0 * [x > 0] (docs/RESULTS.md)
@@ -55,7 +55,7 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   c.eval_every_steps = -1  # also validate every N steps (-1: only at the end of each epoch)
   c.num_eval_batches = -1  # -1: the whole validation split
   c.steps_per_call = -1  # optimisation steps per jitted call (unrolled; validation/checkpoint steps stay exact);
-  # -1: the platform's choice (pncnn_jax.config.steps_per_call: 2 on CPU for KITTI/NYU-size frames, else 1)
+  # -1: the platform's choice (pncnn_jax.from_config.steps_per_call: 2 on CPU for KITTI/NYU-size frames, else 1)
   c.log_every_steps = 100  # training metrics to metrics.jsonl / TensorBoard every N steps
   c.checkpoint_every_steps = -1  # also checkpoint every N steps (-1: after each validation only)
   c.max_to_keep = 2  # latest checkpoints kept (the best by validation RMSE is kept too)

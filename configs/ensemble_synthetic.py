@@ -1,15 +1,18 @@
 r"""An ensemble of pNCNNs on the synthetic scenes (paper Table 3), sized for a CPU.
 
 The single-model recipe of configs/synthetic.py (variant chosen by the argument, default pncnn) plus an
-`ensemble` block: K members in one vmapped train step (pncnn_jax.train, the loop of single models), member k from seed
-seeds[k] (default seed + k) on its own random subset of the training scenes, then evaluated per member and per
+`ensemble` block: K members in one vmapped train step (pncnn_jax.training.loop, the loop of single models), member k
+from seed seeds[k] (default seed + k) on its own random subset of the training scenes, then evaluated per member and per
 fusion rule (mean, confidence-weighted mean, max-confidence, MLE), optionally also after calibrating each member's
 precision scale on another split (`ensemble.calibration_split`, e.g. 'val' with `data.eval_split` = 'test').
 
 Library use (train.py / eval.py dispatch to these when the config has an `ensemble` block):
 
-  from pncnn_jax import config as config_lib, ensemble, evaluate, train
-  config = config_lib.load_config("configs/ensemble_synthetic.py:pncnn")
+  from pncnn_jax import evaluate
+  from pncnn_jax import from_config
+  from pncnn_jax.ensemble import members as ensemble
+  from pncnn_jax.training import loop as train
+  config = from_config.load_config("configs/ensemble_synthetic.py:pncnn")
   rows = train.train_and_evaluate(config, "runs/synth_ensemble")["rows"]   # trains, resumes, evaluates
   rows = ensemble.evaluate_ensemble_config(config, "runs/synth_ensemble")  # evaluates a trained ensemble
   print(evaluate.format_table(rows))
@@ -21,12 +24,12 @@ import pathlib
 
 import ml_collections
 
-from pncnn_jax import config as config_lib
+from pncnn_jax import from_config
 
 
 def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   """configs/synthetic.py:<variant> plus the ensemble settings."""
-  c = config_lib.load_config(f"{pathlib.Path(__file__).with_name('synthetic.py')}:{variant or 'pncnn'}")
+  c = from_config.load_config(f"{pathlib.Path(__file__).with_name('synthetic.py')}:{variant or 'pncnn'}")
   c.ensemble = ml_collections.ConfigDict()
   c.ensemble.num_members = 4  # K members (the paper's Table 3 uses 4)
   c.ensemble.seeds = ()  # per-member init and data seeds; () = seed + k
@@ -38,7 +41,7 @@ def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   c.ensemble.mle_steps = 500  # Adam steps of the MLE fusion
   c.ensemble.mle_learning_rate = 0.05  # Adam's initial learning rate [m], cosine-decayed to 0
   # Calibrated fusion: '' = off; else a split (not the evaluation split) on which each member's precision scale
-  # is fitted (pncnn_jax.ensemble.fit_precision_scales); the table then shows every row calibrated as well.
+  # is fitted (pncnn_jax.ensemble.members.fit_precision_scales); the table then shows every row calibrated as well.
   c.ensemble.calibration_split = ""
   c.data.synthetic_size = 480  # training scenes (members see subset_fraction of them)
   return c

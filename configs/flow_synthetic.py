@@ -1,4 +1,4 @@
-r"""Sparse optical-flow rectification on synthetic street scenes (pncnn_jax.data.flow_synthetic), sized for a CPU.
+r"""Sparse optical-flow rectification on synthetic street scenes (pncnn_jax.flow.dataset), sized for a CPU.
 
 Variants: a key of `pncnn_jax.flow.FLOW_VARIANTS`: `flow_ncnn` (binary confidence: every track is interpolated),
 `flow_ncnn_conf` (learned input confidence, EPE loss), `flow_pncnn` (learned input confidence and an isotropic
@@ -10,8 +10,8 @@ Command:
   python train.py --config configs/flow_synthetic.py:flow_pncnn --workdir runs/flow_pncnn
   python eval.py --config configs/flow_synthetic.py:flow_pncnn --workdir runs/flow_pncnn --checkpoint best
 
-Recipe (that of `python -m pncnn_jax.flow_reproduce`): Adam, lr 3e-3 then x0.1 for the last of 8 epochs of 100
-steps (batch 4, random 64x192 windows of the 176x608 half-resolution frame), validation on 32 val scenes (random
+Recipe (that of `python -m pncnn_jax.experiments.flow.reproduce`): Adam, lr 3e-3 then x0.1 for the last of 8 epochs of
+100 steps (batch 4, random 64x192 windows of the 176x608 half-resolution frame), validation on 32 val scenes (random
 96x320 windows, fixed by the seed). What it reaches on 96 test scenes (docs/RESULTS_FLOW.md): flow_ncnn EPE 3.09 px
 (3.6 min of CPU), flow_ncnn_conf 2.11 px and AUROC 0.84 of a low c0 for the failed tracks (7.9 min), flow_pncnn
 3.43 px, AUROC 0.77, AUSE on EPE 0.20 (8.7 min). None is converged by docs/RESULTS_FLOW.md's 2 % rule.
@@ -21,8 +21,8 @@ import pathlib
 
 import ml_collections
 
-from pncnn_jax import config as config_lib
-from pncnn_jax import flow
+from pncnn_jax import from_config
+from pncnn_jax.flow import model as flow
 
 BASE = pathlib.Path(__file__).with_name("base.py")
 
@@ -33,7 +33,7 @@ def get_config(variant: str = "flow_pncnn") -> ml_collections.ConfigDict:
   if variant not in flow.FLOW_VARIANTS:
     raise ValueError(f"configs/flow_synthetic.py: unknown variant {variant!r}; choose one of "
                      f"{', '.join(flow.FLOW_VARIANTS)}")
-  c = config_lib.load_config(f"{BASE}:pncnn")
+  c = from_config.load_config(f"{BASE}:pncnn")
   c.variant = variant  # a key of pncnn_jax.flow.FLOW_VARIANTS
   c.model = dict(  # pncnn_jax.flow.FlowPNCNN settings besides the variant's (c0 is always zero off the tracks)
       nconv_init="published",  # 'published' (Poisson) or 'repo' (Kaiming)
@@ -49,7 +49,7 @@ def get_config(variant: str = "flow_pncnn") -> ml_collections.ConfigDict:
   c.data.synthetic_size = 400  # training scenes per epoch (100 steps of batch 4)
   c.data.eval_synthetic_size = 32  # validation scenes
   c.data.num_threads = 2
-  c.metrics = "flow"  # EPE, outliers, AUSE on EPE, AUROC of c0 for the failed tracks (pncnn_jax.flow_metrics)
+  c.metrics = "flow"  # EPE, outliers, AUSE on EPE, AUROC of c0 for the failed tracks (pncnn_jax.flow.metrics)
   c.batch_size = 4
   c.eval_batch_size = 8
   c.num_epochs = 8

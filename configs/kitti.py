@@ -1,6 +1,6 @@
 r"""KITTI depth completion, the published pNCNN recipe (docs/SPEC.md §11).
 
-Variants are chosen by the config argument (a key of `pncnn_jax.models.VARIANTS`; the loss is the variant's):
+Variants are chosen by the config argument (a key of `pncnn_jax.nn.models.VARIANTS`; the loss is the variant's):
   ncnn, ncnn_conf_l1, ncnn_conf_l2, pncnn, pncnn_exp, no_conf_est, no_var_est, depth_pred, laplace, and
   pncnn_beta (pNCNN trained with beta-NLL weights) and sparse_var (the variance UNet also sees the sparse input):
   our options, not the published recipe.
@@ -23,11 +23,11 @@ import pathlib
 
 import ml_collections
 
-from pncnn_jax import config as config_lib
+from pncnn_jax import from_config
 
 BASE = pathlib.Path(__file__).with_name("base.py")
 
 
 def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   """The KITTI config of one variant (`configs/kitti.py:<variant>`): the base recipe as it is."""
-  return config_lib.load_config(f"{BASE}:{variant or 'pncnn'}")
+  return from_config.load_config(f"{BASE}:{variant or 'pncnn'}")

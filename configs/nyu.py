@@ -1,6 +1,6 @@
 r"""NYU-Depth-v2, the published pNCNN recipe (docs/SPEC.md §10.4 and §11).
 
-Variants: any key of `pncnn_jax.models.VARIANTS` (published: ncnn_conf_l1, pncnn).
+Variants: any key of `pncnn_jax.nn.models.VARIANTS` (published: ncnn_conf_l1, pncnn).
 
 Command (needs the `nyu_depth` TFDS dataset prepared in DATA_DIR, see docs/DATA.md):
 
@@ -18,7 +18,7 @@ import pathlib
 
 import ml_collections
 
-from pncnn_jax import config as config_lib
+from pncnn_jax import from_config
 
 BASE = pathlib.Path(__file__).with_name("base.py")
 
@@ -26,7 +26,7 @@ BASE = pathlib.Path(__file__).with_name("base.py")
 def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   """The NYU config of one variant (`configs/nyu.py:<variant>`)."""
   variant = variant or "pncnn"
-  c = config_lib.load_config(f"{BASE}:{variant}")
+  c = from_config.load_config(f"{BASE}:{variant}")
   c.data.dataset = "nyu_depth"
   c.data.train_crop = "none"  # full 480x640 frames, as the reference (docs/SPEC.md §10.4)
   c.data.train_crop_height, c.data.train_crop_width = 480, 640

@@ -1,6 +1,6 @@
 r"""Synthetic KITTI-like street scenes (pncnn_jax.data.synthetic), sized for a CPU.
 
-Variants: any key of `pncnn_jax.models.VARIANTS`, e.g. `configs/synthetic.py:pncnn`, `:ncnn_conf_l1`.
+Variants: any key of `pncnn_jax.nn.models.VARIANTS`, e.g. `configs/synthetic.py:pncnn`, `:ncnn_conf_l1`.
 No download is needed: scenes are rendered on the fly (LiDAR projection with noise, dropout and points seen
 through objects, semi-dense ground truth), deterministically from the seeds.
 
@@ -11,9 +11,9 @@ Command (what `make demo` runs for pncnn and ncnn):
 
 Recipe: the published optimiser (plain Adam, lr 0.01, StepLR x0.1) on short "epochs": 5 epochs x 50 steps of
 batch 4 centre crops of 64x320 (the LiDAR band of the 352x1216 frame), lr x0.1 for the last epoch, validation on
-32 val scenes at 128x384 (centre crop). What it reaches (README "Demo", 32 val scenes, best checkpoint, ~11 min
-CPU for pncnn, ~1 min for ncnn): pncnn MAE 1.67 m / RMSE 4.43 m / AUSE 0.147 / AUCE 0.23; ncnn MAE 0.67 m /
-RMSE 2.63 m / AUSE 0.239 (1.32 Gustafsson). 250 steps is far from converged; train longer
+32 val scenes at 128x384 (centre crop). What it reaches (docs/get-started.md, "The demo"; 32 val scenes, best
+checkpoint, ~11 min CPU for pncnn, ~1 min for ncnn): pncnn MAE 1.67 m / RMSE 4.43 m / AUSE 0.147 / AUCE 0.23; ncnn MAE
+0.67 m / RMSE 2.63 m / AUSE 0.239 (1.32 Gustafsson). 250 steps is far from converged; train longer
 (--config.num_epochs, --config.data.synthetic_size) for better depth.
 """
 
@@ -21,14 +21,14 @@ import pathlib
 
 import ml_collections
 
-from pncnn_jax import config as config_lib
+from pncnn_jax import from_config
 
 BASE = pathlib.Path(__file__).with_name("base.py")
 
 
 def get_config(variant: str = "pncnn") -> ml_collections.ConfigDict:
   """The synthetic config of one variant (`configs/synthetic.py:<variant>`)."""
-  c = config_lib.load_config(f"{BASE}:{variant or 'pncnn'}")
+  c = from_config.load_config(f"{BASE}:{variant or 'pncnn'}")
   c.data.dataset = "synthetic"
   c.data.train_crop_height, c.data.train_crop_width = 64, 320  # the LiDAR band of the 352x1216 frame (centre)
   c.data.eval_split = "val"

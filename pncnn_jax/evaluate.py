@@ -5,7 +5,7 @@ training pipeline. Per image, the KITTI (mm, 1/km) or NYU (m) metrics of `pncnn_
 the split (docs/SPEC.md §7.3); the per-pixel squared errors and confidences of all valid pixels are pooled for
 AUSE (docs/SPEC.md §8). KITTI results also carry the benchmark's own score beside them,
 `devkit_{mae,rmse,imae,irmse}` (`metrics.kitti_devkit_metrics`): the predictions rounded to the 16-bit PNG grid as
-`pncnn_jax.predict` writes them, missing depths filled from their row neighbours as the KITTI devkit does.
+`pncnn_jax.inference.predict` writes them, missing depths filled from their row neighbours as the KITTI devkit does.
 
 Uncertainty as a standard deviation in metres (used for AUCE, NLL and the "uncertainty" panels) follows from the
 loss the model was trained with: sigma = 1/sqrt(precision), the precision being each loss's rule
@@ -23,17 +23,22 @@ import csv
 import dataclasses
 import json
 import pathlib
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import config as config_lib
-from pncnn_jax import flow_eval, loader, losses, models, run_files, sharding, viz
+from pncnn_jax import from_config, losses, viz
 from pncnn_jax import metrics as M
+from pncnn_jax.checkpoints import identity as identity_lib
+from pncnn_jax.checkpoints import loader
 from pncnn_jax.data import io as data_io
 from pncnn_jax.data import sparsify
+from pncnn_jax.nn import models
+from pncnn_jax.runtime import run_files, sharding
+from pncnn_jax.runtime.registry import Registry
+
 
 def sigma_of(conf: np.ndarray, loss_name: str) -> np.ndarray | None:
   """Predicted standard deviation [m] (see module doc), or None for models without a calibrated sigma."""
@@ -74,13 +79,44 @@ class EvalResult:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class MetricSet:
+  """How a config's `metrics` name is evaluated.
+
+  A depth metric set gives `per_image(depth, target) -> {metric: (B,) array}` and `run_evaluation` does the rest;
+  an extension's set (pncnn_jax.flow's 'flow') brings its own evaluation of a model, `run(model, variables,
+  batches, *, loss_name, mesh, max_batches, num_panels)`, and of a checkpoint, `evaluate_checkpoint(config, workdir,
+  checkpoint, output_dir)` (eval.py)."""
+  per_image: Callable[[jax.Array, jax.Array], dict[str, jax.Array]] | None = None
+  run: Callable[..., Any] | None = None
+  evaluate_checkpoint: Callable[..., Any] | None = None
+
+
+METRIC_SETS: Registry[MetricSet] = Registry("metric set")
+
+
+def register_metric_set(name: str, metric_set: MetricSet) -> None:
+  """Registers a `config.metrics` name (extensions register theirs on import)."""
+  METRIC_SETS.register(name, metric_set)
+
+
+register_metric_set("kitti", MetricSet(per_image=M.kitti_metrics))  # mm and 1/km, docs/SPEC.md
+register_metric_set("nyu", MetricSet(per_image=M.nyu_metrics))  # metres
+
+
+def get_metric_set(name: str) -> MetricSet:
+  """`METRIC_SETS[name]`; a ValueError naming the valid metric sets otherwise."""
+  if name not in METRIC_SETS:
+    raise ValueError(f"metrics must be one of {sorted(METRIC_SETS)}, got {name!r}")
+  return METRIC_SETS[name]
+
+
 def make_eval_fn(model: models.PNCNN, metric_set: str):
-  """jit(variables, sparse, target) -> (ModelOutput, per-image metrics), eval mode; None for 'flow'."""
-  if metric_set == "flow":  # flow models: pncnn_jax.flow_eval (run_evaluation hands them over)
+  """jit(variables, sparse, target) -> (ModelOutput, per-image metrics), eval mode; None for a metric set that
+  evaluates its models itself (an extension's, `MetricSet.run`)."""
+  metric_fn = get_metric_set(metric_set).per_image
+  if metric_fn is None:
     return None
-  if metric_set not in ("kitti", "nyu"):
-    raise ValueError(f"metrics must be 'kitti' or 'nyu', got {metric_set!r}")
-  metric_fn = M.kitti_metrics if metric_set == "kitti" else M.nyu_metrics
 
   @jax.jit
   def fn(variables, sparse, target):
@@ -113,7 +149,8 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
     model, variables: the network and its {'params', 'batch_stats'?}.
     batches: an iterable of this host's batches (e.g. `pncnn_jax.data.make_iterator` of an eval split).
     loss_name: the loss the model was trained with (decides sigma, see the module doc).
-    metric_set: 'kitti' or 'nyu'; 'flow' hands over to `flow_eval.run_flow_evaluation`.
+    metric_set: 'kitti' or 'nyu', or an extension's metric set with its own `MetricSet.run` (pncnn_jax.flow's
+      'flow'), which this hands over to.
     mesh: device mesh (default: all devices).
     max_batches: stop after this many batches (-1: all).
     num_panels: keep the first `num_panels` images for qualitative panels.
@@ -122,9 +159,10 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
     error_by_distance: also bin the error by distance to the nearest disturbed input point (batches with
       `disturbed`: `metrics.ErrorByDistance`, a distance transform per image; off in the training loop's validation).
   """
-  if metric_set == "flow":  # sparse optical flow (configs/flow_synthetic.py): a flow_eval.FlowEvalResult
-    return flow_eval.run_flow_evaluation(flow_eval.model_predictor(model, variables, mesh), batches,
-                                         loss_name=loss_name, max_batches=max_batches, num_panels=num_panels)
+  run = get_metric_set(metric_set).run
+  if run is not None:  # an extension's own evaluation (pncnn_jax.flow: a FlowEvalResult)
+    return run(model, variables, batches, loss_name=loss_name, mesh=mesh, max_batches=max_batches,
+               num_panels=num_panels)
   mesh = sharding.make_mesh() if mesh is None else mesh
   eval_fn = eval_fn or make_eval_fn(model, metric_set)
   variables = sharding.replicate(variables, mesh)
@@ -313,22 +351,22 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
   `mask_input_confidence`, which is part of what the weights were trained as and is taken from the checkpoint when
   it records it."""
   if not pairs_dir:
-    config_lib.check_data(config, training=False)  # DatasetNotFoundError before the checkpoint loads
-  loss_name = config_lib.variant_loss(config)
-  expect = config_lib.identity(config)
+    from_config.check_data(config, training=False)  # DatasetNotFoundError before the checkpoint loads
+  loss_name = from_config.variant_loss(config)
+  expect = identity_lib.identity(config)
   if pairs_dir:
     expect["dataset"] = "kitti_depth"
   ckpt = loader.load(checkpoint, workdir=workdir, variant=config.variant, expect=expect,
                      allow_mismatch=allow_mismatch, against="--config with --pairs_dir" if pairs_dir else "--config")
   variables, meta = ckpt.variables, ckpt.meta
-  settings = config_lib.model_settings(config)
+  settings = from_config.model_settings(config)
   if "mask_input_confidence" in ckpt.model_settings:
     settings["mask_input_confidence"] = bool(ckpt.model_settings["mask_input_confidence"])
-  model = config_lib.build_model({"variant": config.variant, "model": settings})
+  model = from_config.build_model({"variant": config.variant, "model": settings})
   if pairs_dir:
     batches = kitti_pair_batches(pairs_dir, (config.data.eval_crop_height, config.data.eval_crop_width))
   else:
-    batches = config_lib.eval_iterator(config)
+    batches = from_config.eval_iterator(config)
   result = run_evaluation(model, variables, batches, loss_name=loss_name, metric_set=config.metrics,
                           max_batches=config.num_eval_batches, num_panels=config.num_panels, progress=progress)
   tag = (checkpoint if checkpoint in ("best", "latest")

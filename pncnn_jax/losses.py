@@ -35,10 +35,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import flow_losses
+from pncnn_jax.runtime.registry import Registry
 
 if TYPE_CHECKING:  # models.py is only needed for the annotation.
-  from pncnn_jax.models import ModelOutput
+  from pncnn_jax.nn.models import ModelOutput
 
 # Added to the precision inside the log, as in the reference (docs/SPEC.md §6).
 LOG_EPS = 1e-16
@@ -278,21 +278,32 @@ def _laplace_nll(out: ModelOutput, target: jax.Array) -> jax.Array:
   return laplace_nll(out.depth, out.confidence, target)
 
 
-LOSSES: dict[str, Callable[[ModelOutput, jax.Array], jax.Array]] = {
-    "masked_l1": _masked_l1,  # official ncnn_conf_l1 (MaskedL1Loss)
-    "masked_l2": _masked_l2,  # official ncnn_conf_l2 (MaskedL2Loss)
-    "gaussian_nll": _gaussian_nll,  # official pncnn (MaskedProbLoss), uses out.confidence
-    "gaussian_nll_beta": _gaussian_nll_beta,  # pncnn_beta: our option, beta-NLL weights (NLL_BETA)
-    "gaussian_nll_beta1": _gaussian_nll_beta1,  # the same with beta = 1 (the L2 gradient on mu)
-    "gaussian_nll_l1": _gaussian_nll_l1,  # our option: the NLL + AUX_L1_WEIGHT * L1 on mu
-    "gaussian_nll_beta_l1": _gaussian_nll_beta_l1,  # the same with the beta-NLL weights (NLL_BETA)
-    "gaussian_nll_exp": _gaussian_nll_exp,  # official pncnn_exp (MaskedProbExpLoss)
-    "laplace_nll": _laplace_nll,  # Laplace ablation, uses out.confidence as 1/b
-    **flow_losses.LOSSES,  # sparse optical flow (pncnn_jax.flow): flow_epe, flow_nll
-}
+# --- the registry: name -> (loss, what its confidence is, its training-log errors) --------------------------------
+# A loss maps (ModelOutput, target) to a scalar. Its precision rule maps (c, array module) to the precision
+# 1/sigma^2 [1/m^2] of the distribution it fits, or is None without a calibrated sigma. Its batch errors map
+# (pred, target) to the training log's pooled errors. Extensions (pncnn_jax.flow) add theirs with `register`.
+
+LOSSES: Registry[Callable[[ModelOutput, jax.Array], jax.Array]] = Registry("loss")
+PRECISION_RULES: Registry[Callable[[Any, Any], Any] | None] = Registry("loss")
+BATCH_ERRORS: Registry[Callable[[jax.Array, jax.Array], dict[str, jax.Array]]] = Registry("loss")
 
 
-# --- what each loss says the confidence is: name -> (c, array module) -> precision 1/sigma^2 [1/m^2] --------
+def depth_batch_errors(pred: jax.Array, target: jax.Array) -> dict[str, jax.Array]:
+  """MAE and RMSE in metres over the valid (target > 0) pixels pooled over the batch (as the training CSV)."""
+  valid = target > 0
+  n = jnp.maximum(jnp.sum(valid), 1)
+  err = jnp.where(valid, pred - target, 0.0)
+  return {"mae": jnp.sum(jnp.abs(err)) / n, "rmse": jnp.sqrt(jnp.sum(err * err) / n)}
+
+
+def register(name: str, fn: Callable[[Any, jax.Array], jax.Array],
+             precision_rule: Callable[[Any, Any], Any] | None = None,
+             batch_errors: Callable[[jax.Array, jax.Array], dict[str, jax.Array]] = depth_batch_errors) -> None:
+  """Registers a training loss: `fn(out, target) -> scalar`, the precision its `out.confidence` stands for
+  (`precision_rule(c, xp)`, None: no calibrated sigma) and the errors the training log reports (`batch_errors`)."""
+  LOSSES.register(name, fn)
+  PRECISION_RULES.register(name, precision_rule)
+  BATCH_ERRORS.register(name, batch_errors)
 
 
 def _exp_precision(c, xp):
@@ -302,19 +313,29 @@ def _exp_precision(c, xp):
   return xp.exp(c)
 
 
-PRECISION_RULES: dict[str, Callable[[Any, Any], Any] | None] = {
-    "masked_l1": None,  # no calibrated sigma
-    "masked_l2": None,
-    "gaussian_nll": lambda c, xp: c,
-    "gaussian_nll_beta": lambda c, xp: c,
-    "gaussian_nll_beta1": lambda c, xp: c,
-    "gaussian_nll_l1": lambda c, xp: c,
-    "gaussian_nll_beta_l1": lambda c, xp: c,
-    "gaussian_nll_exp": _exp_precision,
-    "laplace_nll": lambda c, xp: 0.5 * c * c,
-    **flow_losses.PRECISION_RULES,  # flow_nll: c [1/px^2]
-}
-PROBABILISTIC_LOSSES = tuple(k for k, rule in PRECISION_RULES.items() if rule is not None)
+_gaussian = lambda c, xp: c  # noqa: E731
+register("masked_l1", _masked_l1)  # official ncnn_conf_l1 (MaskedL1Loss); no calibrated sigma
+register("masked_l2", _masked_l2)  # official ncnn_conf_l2 (MaskedL2Loss)
+register("gaussian_nll", _gaussian_nll, _gaussian)  # official pncnn (MaskedProbLoss), uses out.confidence
+register("gaussian_nll_beta", _gaussian_nll_beta, _gaussian)  # pncnn_beta: our option, beta-NLL weights (NLL_BETA)
+register("gaussian_nll_beta1", _gaussian_nll_beta1, _gaussian)  # the same with beta = 1 (the L2 gradient on mu)
+register("gaussian_nll_l1", _gaussian_nll_l1, _gaussian)  # our option: the NLL + AUX_L1_WEIGHT * L1 on mu
+register("gaussian_nll_beta_l1", _gaussian_nll_beta_l1, _gaussian)  # the same with the beta-NLL weights (NLL_BETA)
+register("gaussian_nll_exp", _gaussian_nll_exp, _exp_precision)  # official pncnn_exp (MaskedProbExpLoss)
+register("laplace_nll", _laplace_nll, lambda c, xp: 0.5 * c * c)  # Laplace ablation, out.confidence = 1/b
+
+
+def is_probabilistic(loss_name: str) -> bool:
+  """Whether a model trained with `loss_name` has a calibrated sigma (its precision rule is not None)."""
+  return PRECISION_RULES.lookup(loss_name) is not None
+
+
+def __getattr__(name: str):
+  # PROBABILISTIC_LOSSES lists the extensions' losses too, so it is computed when asked for (module __getattr__),
+  # not at import, when no extension has registered yet.
+  if name == "PROBABILISTIC_LOSSES":
+    return tuple(k for k, rule in PRECISION_RULES.items() if rule is not None)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def precision_of(confidence, loss_name: str):
@@ -323,9 +344,7 @@ def precision_of(confidence, loss_name: str):
   numpy input is computed in float64 (for the uncertainty metrics); jax input in its own dtype (the ensemble's
   fusion). A monotone increasing function of the confidence, so it ranks pixels exactly as the confidence does.
   """
-  if loss_name not in PRECISION_RULES:
-    raise ValueError(f"unknown loss {loss_name!r}; valid names: {', '.join(sorted(PRECISION_RULES))}")
-  rule = PRECISION_RULES[loss_name]
+  rule = PRECISION_RULES.lookup(loss_name)
   if rule is None:
     return None
   if isinstance(confidence, jax.Array):
@@ -335,7 +354,9 @@ def precision_of(confidence, loss_name: str):
 
 def get_loss(name: str) -> Callable[[ModelOutput, jax.Array], jax.Array]:
   """Returns `LOSSES[name]`; raises ValueError naming the valid losses otherwise."""
-  try:
-    return LOSSES[name]
-  except (KeyError, TypeError):
-    raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(sorted(LOSSES))}") from None
+  return LOSSES.lookup(name)
+
+
+def get_batch_errors(name: str) -> Callable[[jax.Array, jax.Array], dict[str, jax.Array]]:
+  """The training-log errors of a model trained with loss `name` (depth: MAE and RMSE [m]; flow: EPE [px])."""
+  return BATCH_ERRORS.lookup(name)

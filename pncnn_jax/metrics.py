@@ -22,10 +22,22 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import ndimage
 
-from pncnn_jax.uncertainty import (AUCE_ALPHAS, FRACTIONS_GUSTAFSSON, FRACTIONS_PNCNN, TIE_BREAKS,  # noqa: F401
-                                   Calibration, Sparsification, UncertaintyAccumulator, auce, auroc,
-                                   ause_gustafsson, ause_pncnn, mean_gaussian_nll, sigma_from_precision,
-                                   sparsification_curves)
+from pncnn_jax.uncertainty import (  # noqa: F401
+  AUCE_ALPHAS,
+  FRACTIONS_GUSTAFSSON,
+  FRACTIONS_PNCNN,
+  TIE_BREAKS,
+  Calibration,
+  Sparsification,
+  UncertaintyAccumulator,
+  auce,
+  auroc,
+  ause_gustafsson,
+  ause_pncnn,
+  mean_gaussian_nll,
+  sigma_from_precision,
+  sparsification_curves,
+)
 from pncnn_jax.uncertainty import check_nhwc as _check_nhwc
 
 # -------------------------------------------------------------------------------------------------
@@ -227,7 +239,7 @@ def kitti_devkit_fill(pred_hw: np.ndarray, *, quantize: bool = False) -> np.ndar
 
   Args:
     pred_hw: (H, W) predicted depth [m]; pixels <= 0 or non-finite count as missing (a PNG cannot hold them).
-    quantize: first round to the 16-bit PNG grid as `pncnn_jax.predict` writes it: d -> round(clip(d, 0,
+    quantize: first round to the 16-bit PNG grid as `pncnn_jax.inference.predict` writes it: d -> round(clip(d, 0,
       65535/256) * 256) / 256; depths under 1/512 m become 0, i.e. missing.
 
   Returns:
@@ -270,7 +282,7 @@ def kitti_devkit_metrics(pred: np.ndarray, target: np.ndarray, *, quantize: bool
 
   Args:
     pred, target: (B, H, W, 1) depth [m]; target 0 = no ground truth.
-    quantize: round the prediction to the PNG grid first (what the devkit sees of `pncnn_jax.predict`'s PNGs).
+    quantize: round the prediction to the PNG grid first (what the devkit sees of `pncnn_jax.inference.predict`'s PNGs).
 
   Returns:
     dict of KITTI_DEVKIT_METRICS, each (B,) float64, and `num_valid` (B,) int |V| (NaN metrics where 0).

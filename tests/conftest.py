@@ -7,7 +7,7 @@ import pathlib
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The test cache (below), also for the train.py/eval.py subprocesses of the CLI tests (a set variable wins over
-# train.py's default <workdir>/jax_cache, pncnn_jax/compile_cache.py): one shared cache, ignored by git.
+# train.py's default <workdir>/jax_cache, pncnn_jax/runtime/compile_cache.py): one shared cache, ignored by git.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"))
 
 import jax  # noqa: E402

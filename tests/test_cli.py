@@ -1,16 +1,17 @@
 """End-to-end command lines on tiny synthetic runs: train.py, eval.py, python -m pncnn_jax.predict; clear errors."""
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO
 from pncnn_jax.data import io
+
+from conftest import REPO
 
 TINY = [
     "--config.data.train_crop_height=32", "--config.data.train_crop_width=64",
@@ -142,17 +143,19 @@ def test_config_mistakes_are_one_line_and_exit_2(tmp_path, script, override, mes
 
 @pytest.mark.parametrize("script", ["train.py", "eval.py"])
 def test_help_lists_configs_variants_and_fields(script):
-  from pncnn_jax import cli, config as config_lib, models
+  from pncnn_jax import from_config
+  from pncnn_jax.nn import models
+  from pncnn_jax.runtime import cli
   r = run([script, "--help"])  # absl exits with status 1 after --help
   for name in sorted(p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "base"):
     assert f"configs/{name}.py" in r.stdout, name
   assert "Variants: " + ", ".join(models.VARIANTS) in r.stdout
-  from pncnn_jax import flow
+  from pncnn_jax.flow import model as flow
   assert "Flow variants (configs/flow_synthetic.py only): " + ", ".join(flow.FLOW_VARIANTS) in r.stdout
   assert cli.FLOW_VARIANTS == tuple(flow.FLOW_VARIANTS)
   assert cli.VARIANTS == tuple(models.VARIANTS) and set(cli.CONFIG_FILES) == {
       p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "base"}
-  base = config_lib.load_config(REPO / "configs" / "base.py")
+  base = from_config.load_config(REPO / "configs" / "base.py")
   fields = re.findall(r"(?<![\w.-])((?:data\.|model\.)?[a-z_]+)(?==|  |$)", cli.CONFIG_HELP.split("Most-used fields")[1]
                       .split("A misspelled")[0].split("\n", 1)[1], re.M)
   assert len(fields) >= 15

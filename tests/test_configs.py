@@ -2,22 +2,23 @@
 
 import pytest
 
+from pncnn_jax import from_config
+from pncnn_jax.nn import models
+
 from conftest import REPO
-from pncnn_jax import config as config_lib
-from pncnn_jax import models
 
 KITTI_VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est",
                   "depth_pred", "laplace", "pncnn_beta", "sparse_var")
 
 
 def cfg(name, variant):
-  return config_lib.load_config(f"{REPO}/configs/{name}.py:{variant}")
+  return from_config.load_config(f"{REPO}/configs/{name}.py:{variant}")
 
 
 @pytest.mark.parametrize("variant", KITTI_VARIANTS)
 def test_kitti_variants_follow_the_published_recipe(variant):
   c = cfg("kitti", variant)
-  assert c.variant == variant and config_lib.variant_loss(c) == models.VARIANTS[variant].loss
+  assert c.variant == variant and from_config.variant_loss(c) == models.VARIANTS[variant].loss
   # docs/SPEC.md §11.2: Adam lr 0.01, x0.1 every 5 epochs, batch 4, 10 epochs, centre crop 352x1216, selval.
   assert (c.learning_rate, c.lr_decay_epochs, c.lr_decay_factor, c.batch_size, c.num_epochs) == (0.01, 5, 0.1, 4, 10)
   assert (c.data.train_crop, c.data.train_crop_height, c.data.train_crop_width) == ("center", 352, 1216)
@@ -26,7 +27,8 @@ def test_kitti_variants_follow_the_published_recipe(variant):
 
 
 def test_published_losses():
-  assert [config_lib.variant_loss(cfg("kitti", v)) for v in ("ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp")] == [
+  variants = ("ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp")
+  assert [from_config.variant_loss(cfg("kitti", v)) for v in variants] == [
       "masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_exp"]
 
 
@@ -42,7 +44,7 @@ def test_synthetic_is_cpu_sized():
     c = cfg("synthetic", v)
     assert c.data.dataset == "synthetic"
     assert c.data.train_crop_height * c.data.train_crop_width <= 128 * 384
-    assert config_lib.steps_per_epoch(c) * c.num_epochs <= 2000
+    assert from_config.steps_per_epoch(c) * c.num_epochs <= 2000
 
 
 @pytest.mark.parametrize("name", ["kitti", "nyu", "synthetic"])
@@ -57,4 +59,4 @@ def test_locked_config_rejects_typos():
   with pytest.raises(AttributeError, match="learning_rat"):
     c.learning_rat = 0.1  # pylint: disable=attribute-defined-outside-init
   with pytest.raises(FileNotFoundError, match="nope.py"):
-    config_lib.load_config(f"{REPO}/configs/nope.py:pncnn")
+    from_config.load_config(f"{REPO}/configs/nope.py:pncnn")

@@ -1,5 +1,6 @@
-"""The documentation stays inside the repository: nothing cites the reference notes kept beside it, and every
-pointer into docs/SPEC.md names a section that exists."""
+"""The documentation stays inside the repository: nothing cites the reference notes kept beside it, every
+pointer into docs/SPEC.md names a section that exists, the pages' figures are generated ones and their snippets are
+tested ones. (`make docs`, run by `make test`, builds the site with --strict: links, anchors and the nav.)"""
 
 import pathlib
 import re
@@ -51,10 +52,37 @@ def test_spec_pointers_name_existing_sections():
   assert not missing, "no such section in docs/SPEC.md:\n" + "\n".join(missing)
 
 
-def test_readme_quotes_the_shipped_ensembles_scales_from_the_long_page():
-  """The precision scales the README gives for `predict --precision_scales` are the ones docs/RESULTS_LONG.json
-  fitted for the shipped ensemble (a retrained member changes them)."""
+def test_predict_page_quotes_the_shipped_ensembles_scales_from_the_long_page():
+  """The precision scales docs/deploy/predict.md gives for `predict --precision_scales` are the ones
+  docs/RESULTS_LONG.json fitted for the shipped ensemble (a retrained member changes them)."""
   import json  # pylint: disable=g-import-not-at-top
   scales = json.loads((REPO / "docs" / "RESULTS_LONG.json").read_text())["fusion"]["precision_scales"]
-  quoted = re.search(r"for the shipped ensemble, `([0-9.,]+)`", (REPO / "README.md").read_text()).group(1)
+  page = (REPO / "docs" / "deploy" / "predict.md").read_text()
+  quoted = re.search(r"for the shipped ensemble, `([0-9.,]+)`", page).group(1)
   assert quoted == ",".join(f"{s:.2f}" for s in scales)
+
+
+def _pages() -> list[pathlib.Path]:
+  return sorted((REPO / "docs").rglob("*.md"))
+
+
+def test_docs_python_snippets_are_the_readmes():
+  """A docs page shows only python snippets that tests/test_readme.py runs (the README's), except the export
+  page, whose snippets need an exported model and are run by tests/inference/test_export.py."""
+  tested = set(re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S))
+  export_page = REPO / "docs" / "deploy" / "export.md"
+  untested = [f"{p.relative_to(REPO)}: {block.splitlines()[0]}" for p in _pages() if p != export_page
+              for block in re.findall(r"```python\n(.*?)```", p.read_text(), re.S) if block not in tested]
+  assert not untested, "python snippets no test runs (reuse a README snippet):\n" + "\n".join(untested)
+
+
+def test_figures_shown_are_generated_ones():
+  """Every image the README or a docs page shows exists and is a figure the project generates (docs/results*/)."""
+  bad = []
+  for p in [REPO / "README.md", *_pages()]:
+    for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", p.read_text()):
+      path = (p.parent / target).resolve()
+      generated = path.is_relative_to(REPO / "docs") and path.relative_to(REPO / "docs").parts[0].startswith("results")
+      if not (path.is_file() and generated):
+        bad.append(f"{p.relative_to(REPO)}: {target}")
+  assert not bad, "images that are missing or not generated figures:\n" + "\n".join(bad)

@@ -6,9 +6,12 @@ import jax
 import numpy as np
 import pytest
 
+from pncnn_jax import data, evaluate, from_config, metrics
+from pncnn_jax.checkpoints import convert, loader
+from pncnn_jax.checkpoints import identity as identity_lib
+from pncnn_jax.nn import models
+
 from conftest import DATA, GOLDEN, REFERENCE, REPO, load_npz, nchw_to_nhwc
-from pncnn_jax import config as config_lib
-from pncnn_jax import convert, data, evaluate, loader, metrics, models
 
 REAL = GOLDEN / "real"
 CKPT_L1 = REFERENCE / "checkpoints" / "kitti_ncnn_conf_l1_checkpoint-9.pth.tar"
@@ -61,7 +64,7 @@ def test_official_ncnn_conf_l1_reproduces_the_real_frame_goldens(official_l1):
 def test_eval_cli_reports_on_pairs_dir(official_l1, tmp_path):
   """eval.py's library path on the real frames: both images pooled, reports written, official file accepted."""
   del official_l1
-  cfg = config_lib.load_config(f"{REPO}/configs/kitti.py:ncnn_conf_l1")
+  cfg = from_config.load_config(f"{REPO}/configs/kitti.py:ncnn_conf_l1")
   cfg.num_panels = 2
   res, paths = evaluate.evaluate_checkpoint(cfg, None, str(CKPT_L1), pairs_dir=str(KITTI_MINI),
                                             output_dir=str(tmp_path), progress=False)
@@ -79,7 +82,7 @@ def test_eval_cli_reports_on_pairs_dir(official_l1, tmp_path):
 
 def test_checkpoint_of_another_variant_is_a_clear_error(shared_dir):
   del shared_dir
-  cfg = config_lib.load_config(f"{REPO}/configs/kitti.py:pncnn")
+  cfg = from_config.load_config(f"{REPO}/configs/kitti.py:pncnn")
   with pytest.raises(ValueError, match="pncnn"):
     loader.load(str(CKPT_L1), variant=cfg.variant)
   with pytest.raises(FileNotFoundError, match="no such file"):
@@ -101,12 +104,12 @@ def test_a_checkpoint_trained_as_something_else_is_refused(shared_dir, config, c
   """Issue 13.4: the NYU NCNN-Conf checkpoint was evaluated under configs/kitti.py:ncnn_conf_l1 without a word
   (MAE 1272 mm), and an L2 checkpoint under an L1 config was reported as L1."""
   del shared_dir
-  cfg = config_lib.load_config(f"{REPO}/configs/{config}")
+  cfg = from_config.load_config(f"{REPO}/configs/{config}")
   path = str(REFERENCE / "checkpoints" / checkpoint)
-  with pytest.raises(config_lib.IdentityMismatchError) as e:
-    loader.load(path, variant=cfg.variant, expect=config_lib.identity(cfg))
+  with pytest.raises(identity_lib.IdentityMismatchError) as e:
+    loader.load(path, variant=cfg.variant, expect=identity_lib.identity(cfg))
   assert str(e.value) == f"--checkpoint={path} {message}; pass --allow_mismatch to use it anyway"
-  ckpt = loader.load(path, variant=cfg.variant, expect=config_lib.identity(cfg), allow_mismatch=True)
+  ckpt = loader.load(path, variant=cfg.variant, expect=identity_lib.identity(cfg), allow_mismatch=True)
   assert ckpt.variant == cfg.variant and ckpt.identity_source == "its args"
   assert ckpt.loss == ckpt.identity["loss"]  # the loss it was trained with, not the config's
 

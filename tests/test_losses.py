@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import GOLDEN, load_npz, nchw_to_nhwc
 
 from pncnn_jax import losses
+
+from conftest import GOLDEN, load_npz, nchw_to_nhwc
 
 RTOL = 1e-5  # reference/README.md: losses and metrics 1e-5 relative for a float32 port
 
@@ -237,7 +238,7 @@ def test_registry_and_get_loss():
   assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1",
                                 "gaussian_nll_l1", "gaussian_nll_beta_l1",
                                 "gaussian_nll_exp", "laplace_nll",
-                                "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow_losses
+                                "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow.losses
   with pytest.raises(ValueError, match="unknown loss 'l3'.*gaussian_nll.*masked_l1"):
     losses.get_loss("l3")
   # The probabilistic losses use out.confidence, not input_confidence.

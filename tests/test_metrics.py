@@ -10,10 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import GOLDEN, load_npz, nchw_to_nhwc
 
 from pncnn_jax import losses
 from pncnn_jax import metrics as M
+
+from conftest import GOLDEN, load_npz, nchw_to_nhwc
 
 RTOL = 1e-5  # metrics, reference/README.md
 AUSE_ATOL = 1e-6

@@ -18,8 +18,9 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import GOLDEN, REPO, SHARED, load_npz
 from pncnn_jax import pretrained
+
+from conftest import GOLDEN, REPO, SHARED, load_npz
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -178,8 +179,13 @@ def test_install_cell_installs_the_checkout(tmp_path):
                            "PNCNN_PIP_ARGS": f"--no-deps --no-build-isolation --no-index --target {site}"},
                 keep_tags=("install",), timeout=300)
   assert f"installed pncnn_jax from {REPO}" in _text(_cells_by_tag(nb)["install"])
-  for f in ("__init__.py", "export.py", "predict.py", "models.py"):
-    assert (site / "pncnn_jax" / f).is_file(), f
+  # every folder of the package is installed (setuptools finds subpackages by their __init__.py), the shipped
+  # weights with them, and the user aliases
+  folders = sorted(str(p.parent.relative_to(REPO)) for p in (REPO / "pncnn_jax").rglob("__init__.py"))
+  assert len(folders) >= 12, folders
+  for f in [*(f"{d}/__init__.py" for d in folders), "pncnn_jax/export.py", "pncnn_jax/predict.py",
+            "pncnn_jax/nn/models.py", "pncnn_jax/pretrained/synthetic/pncnn_masked.npz"]:
+    assert (site / f).is_file(), f
 
 
 def _install_fn():

@@ -1,7 +1,8 @@
-"""The package's structure: its import graph has no cycle and follows the layers below; modules stay small.
+"""The package's shape (docs/LAYOUT.md): folders by concern whose imports only go down, no import cycle, the
+extension and the research wing kept apart, and folders of a readable size.
 
 Every `import` of a pncnn_jax module counts, including those inside functions (a function-level import is how a
-cycle hides). Parsed with `ast`, nothing is imported.
+cycle hides) and the package `__init__` files an import runs. Parsed with `ast`, nothing is imported.
 """
 
 import ast
@@ -12,26 +13,27 @@ import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "pncnn_jax"
-# Each module may import only modules of its own layer or lower ones (and never upward). A new module goes into the
-# layer of what it is about; see README "Layout".
+# The units of the package, lowest first: a folder (its modules and __init__) or a top-level module. A module may
+# import modules of its own unit or of lower layers, never of its own layer's other units or higher ones.
 LAYERS = [
-    ["hostmem", "compile_cache", "cli", "distributed", "viz", "flow_viz", "run_files", "conv", "prng", "data.sparsify",
-     "data.io", "pretrained"],
-    ["cpu_kernels", "uncertainty", "data.raycast", "data.synthetic", "data.synthetic_cache", "data.kitti_depth",
-     "data.nyu_depth", "data.build", "data.flow_scene", "data.flow_synthetic"],
-    ["layers", "metrics", "flow_metrics", "data.pipeline", "data"],
-    ["models", "flow"],
-    ["losses", "flow_losses", "torch_pickle", "torch_names", "checkpointing", "sharding"],
-    ["config", "convert", "train_step"],
-    ["loader", "fusion", "paper"],
-    ["evaluate", "flow_eval"],
-    ["ensemble", "predict", "export"],
-    ["train", "results", "ensemble_train"],
-    ["report", "report_figures", "report_distance", "report_why", "flow_report", "claims", "carry"],
-    ["demo", "reproduce", "flow_reproduce"],
+    ["runtime"],                                   # flags, host memory, compile cache, mesh, run files, registries
+    ["data", "pretrained", "uncertainty", "viz"],  # datasets and pipeline; shipped weights; AUSE/AUCE; figures
+    ["nn"],                                        # NConv numerics and the Flax networks
+    ["losses", "metrics"],
+    ["from_config"],                               # config -> model, loss, data streams
+    ["checkpoints"],
+    ["evaluate"],
+    ["ensemble"],
+    ["training", "inference"],
+    ["flow"],                                      # the sparse-flow extension: registers itself, nothing imports it
+    ["experiments"],                               # the paper's claims: nothing else imports it
+    ["", "layers", "predict", "export", "convert", "demo", "loader"],  # the package door and the user aliases
 ]
-MAX_LINES = 400
-EXEMPT_FROM_SIZE: set[str] = set()
+# Modules that stand for a moved module (`runtime.alias`): the package never imports them; their target counts as
+# their import.
+ALIASES = {"layers": "nn.layers", "predict": "inference.predict", "export": "inference.export",
+           "convert": "checkpoints.convert", "demo": "experiments.demo", "loader": "checkpoints.loader"}
+MAX_MODULES_PER_FOLDER = 12  # past this, a concern wants a folder of its own
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -43,29 +45,54 @@ def _module_name(path: pathlib.Path) -> str:
 
 
 def _relative(module: str) -> str | None:
+  if module == "pncnn_jax":
+    return ""
   return module[len("pncnn_jax."):] if module.startswith("pncnn_jax.") else None
 
 
-def import_graph() -> dict[str, set[str]]:
-  """{module: the pncnn_jax modules it imports}, names relative to the package ('data.io', 'train', ...)."""
-  modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-  graph: dict[str, set[str]] = {}
-  for name, path in modules.items():
-    deps = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-      if isinstance(node, ast.Import):
-        targets = [a.name for a in node.names]
-      elif isinstance(node, ast.ImportFrom) and node.module:
-        # `from pncnn_jax.a import x` depends on the submodule a.x when there is one, else on a itself.
-        targets = [f"{node.module}.{a.name}" if _relative(f"{node.module}.{a.name}") in modules else node.module
-                   for a in node.names]
-      else:
-        continue
-      for t in map(_relative, targets):
-        if t in modules and t != name:
-          deps.add(t)
-    graph[name] = deps
-  return graph
+def _alias_target(tree: ast.AST) -> str | None:
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "alias" and len(node.args) == 2:
+      return _relative(node.args[1].value)
+  return None
+
+
+def import_graph(package: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
+  """{module: the pncnn_jax modules importing it runs}, names relative to the package ('data.io', 'nn', ...).
+
+  An import of 'a.b.c' from outside folder 'a' also runs the package inits 'a' and 'a.b', which count."""
+  global PACKAGE
+  saved, PACKAGE = PACKAGE, package
+  try:
+    modules = {_module_name(p): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+      tree = ast.parse(path.read_text())
+      targets = []
+      for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+          targets += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+          # `from pncnn_jax.a import x` depends on the submodule a.x when there is one, else on a itself.
+          targets += [f"{node.module}.{a.name}" if _relative(f"{node.module}.{a.name}") in modules else node.module
+                      for a in node.names]
+      deps = set()
+      alias_target = _alias_target(tree)
+      rels = [_relative(t) for t in targets] + ([alias_target] if alias_target else [])
+      for t in rels:
+        if t is None or t not in modules:
+          continue
+        parts = t.split(".") if t else []
+        for k in range(1, len(parts)):  # the package inits the import runs, outside the importer's own package
+          init = ".".join(parts[:k])
+          if init in modules and not (name == init or name.startswith(init + ".")):
+            deps.add(init)
+        deps.add(t)
+      deps.discard(name)
+      graph[name] = deps
+    return graph
+  finally:
+    PACKAGE = saved
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -94,32 +121,105 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
   return None
 
 
-def test_the_cycle_finder_finds_a_cycle():
+def unit(module: str) -> str:
+  return module.split(".")[0]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+  level = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+  unplaced = sorted({unit(m) for m in graph} - set(level))
+  assert not unplaced, f"units without a layer in tests/test_structure.py LAYERS: {unplaced}"
+  return [f"{m} ({unit(m)}, layer {level[unit(m)]}) imports {d} ({unit(d)}, layer {level[unit(d)]})"
+          for m, deps in sorted(graph.items()) for d in sorted(deps)
+          if unit(d) != unit(m) and level[unit(d)] >= level[unit(m)] and m not in ALIASES]
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+  """The longest path of imports (the graph has no cycle)."""
+  memo: dict[str, list[str]] = {}
+
+  def from_(n):
+    if n not in memo:
+      memo[n] = [n] + max((from_(d) for d in graph[n]), key=len, default=[])
+    return memo[n]
+
+  return max((from_(n) for n in graph), key=len)
+
+
+def test_the_checks_find_what_they_look_for(tmp_path):
+  """The cycle finder, the layer rule and the package-init edges on a made-up package."""
   assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
   assert _find_cycle({"a": {"b"}, "b": set()}) is None
+  pkg = tmp_path / "pncnn_jax"
+  (pkg / "nn").mkdir(parents=True)
+  (pkg / "__init__.py").write_text("")
+  (pkg / "nn" / "__init__.py").write_text("from pncnn_jax.nn import models\n")
+  (pkg / "nn" / "models.py").write_text("def f():\n  from pncnn_jax import losses\n")  # a function-level import
+  (pkg / "losses.py").write_text("from pncnn_jax.nn import models\n")
+  graph = import_graph(pkg)
+  assert graph["losses"] == {"nn", "nn.models"}  # the folder's __init__ runs too
+  assert _find_cycle(graph) in (["losses", "nn", "nn.models", "losses"], ["losses", "nn.models", "losses"],
+                                ["nn", "nn.models", "losses", "nn"], ["nn.models", "losses", "nn.models"])
+  assert layer_violations(graph) == ["nn.models (nn, layer 2) imports losses (losses, layer 3)"]
 
 
 def test_import_graph_has_no_cycle():
   graph = import_graph()
-  assert {"train", "evaluate", "ensemble", "config", "layers"} <= set(graph)  # the parser sees the package
-  assert "train_step" in graph["train"] and "evaluate" in graph["train"]
+  assert {"training.loop", "evaluate", "ensemble.members", "from_config", "nn.layers", "flow"} <= set(graph)
+  assert "training.step" in graph["training.loop"] and "evaluate" in graph["training.loop"]
   cycle = _find_cycle(graph)
   assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
 
 
 def test_imports_only_go_down_the_layers():
+  upward = layer_violations(import_graph())
+  assert not upward, "imports up (or across) the layers: " + "; ".join(upward)
+
+
+def test_the_research_wing_and_the_extension_stay_apart():
+  """Nothing outside experiments/ imports it (the `demo` alias is a door for `python -m pncnn_jax.demo`);
+  nothing outside flow/ and experiments/ imports flow/: the core reaches it through its registries."""
   graph = import_graph()
-  level = {m: i for i, layer in enumerate(LAYERS) for m in layer}
-  unplaced = sorted(set(graph) - set(level) - {""})
-  assert not unplaced, f"modules without a layer in tests/test_structure.py LAYERS: {unplaced}"
-  upward = [f"{m} (layer {level[m]}) imports {d} (layer {level[d]})" for m, deps in graph.items() if m
-            for d in deps if level[d] > level[m]]
-  assert not upward, "imports up the layers: " + "; ".join(upward)
+  into_experiments = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                            if unit(d) == "experiments" and unit(m) != "experiments" and m != "demo")
+  assert not into_experiments, into_experiments
+  into_flow = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                     if unit(d) == "flow" and unit(m) not in ("flow", "experiments"))
+  assert not into_flow, into_flow
 
 
-@pytest.mark.parametrize("path", sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")))
-def test_modules_stay_small(path):
-  if path in EXEMPT_FROM_SIZE:
-    pytest.skip("exempt (see EXEMPT_FROM_SIZE)")
-  n = len((PACKAGE / path).read_text().splitlines())
-  assert n <= MAX_LINES, f"pncnn_jax/{path} has {n} lines (> {MAX_LINES}): split it along its concerns"
+def test_aliases_stand_for_existing_modules_and_nothing_imports_them():
+  graph = import_graph()
+  for name, target in ALIASES.items():
+    assert _alias_target(ast.parse((PACKAGE / f"{name}.py").read_text())) == target
+    assert target in graph
+  users = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps if d in ALIASES and m not in ALIASES)
+  assert not users, f"the package imports a user alias instead of the module: {users}"
+
+
+def test_folders_stay_readable():
+  crowded = {}
+  for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists())]:
+    n = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+    if n > MAX_MODULES_PER_FOLDER:
+      crowded[str(folder.relative_to(REPO))] = n
+  assert not crowded, f"folders with more than {MAX_MODULES_PER_FOLDER} modules (make a folder per concern): {crowded}"
+
+
+def test_tests_mirror_the_package():
+  """A test file in a folder of tests/ tests that folder of the package (tests/bench: the benchmark scripts)."""
+  folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+  for p in (REPO / "tests").iterdir():
+    if p.is_dir() and p.name not in ("__pycache__",):
+      assert p.name in folders | {"bench"}, f"tests/{p.name}/ mirrors no folder of pncnn_jax/"
+
+
+@pytest.mark.parametrize("module", ["runtime.cli", "runtime.hostmem", "runtime.registry", "runtime.alias", ""])
+def test_light_modules_import_no_jax(module):
+  """The package door and what runs before jax is configured import neither jax nor the rest of the package."""
+  graph = import_graph()
+  assert not graph[module] - {"runtime", "runtime.alias"}, graph[module]
+  source = (PACKAGE / (module.replace(".", "/") + ".py" if module else "__init__.py")).read_text()
+  assert not any(isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+      a.name.split(".")[0] == "jax" for a in n.names) or (isinstance(n, ast.ImportFrom) and n.module == "jax")
+      for n in ast.walk(ast.parse(source)))

@@ -79,6 +79,7 @@ def build(dataset: str, manual_dir: str | os.PathLike, data_dir: str | os.PathLi
   """Builds `dataset` from `manual_dir` into `data_dir` (the splits whose folders are present); returns its
   folder. A dataset already built there is reused as it is."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
   from pncnn_jax.data import kitti_depth, nyu_depth  # pylint: disable=g-import-not-at-top
   cls = {"kitti_depth": kitti_depth.KittiDepth, "nyu_depth": nyu_depth.NyuDepth}[dataset]
   builder = cls(data_dir=os.fspath(data_dir))

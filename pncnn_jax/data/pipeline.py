@@ -12,7 +12,7 @@ global batch k is host 0's batch k, then host 1's, ..., row for row the single-h
 S p (random crops included). Every host computes the same (index-only) permutation, and reads and
 decodes only its own rows (grain datasets are lazy). With drop_remainder each host keeps the same
 number of batches, those of full global batches; otherwise the last global batch may be partial and
-the hosts past its end have no batch (pncnn_jax.sharding.synced gives them empty ones). Each
+the hosts past its end have no batch (pncnn_jax.runtime.sharding.synced gives them empty ones). Each
 host's iterator state is the same `{'next_index': k}` (k global batches read), so the state saved by
 host 0 resumes every host, with any number of hosts.
 
@@ -24,30 +24,54 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import grain
 import numpy as np
 
-from pncnn_jax.data import build, flow_synthetic, sparsify
-from pncnn_jax.data import synthetic, synthetic_cache
+from pncnn_jax.data import sparsify, synthetic, synthetic_cache
+from pncnn_jax.runtime.registry import Registry
 
-DATASETS = ("synthetic", "kitti_depth", "nyu_depth", "flow_synthetic")
-GENERATED = ("synthetic", "flow_synthetic")  # rendered on the fly: no data_dir
-SPLITS = {
-    "synthetic": ("train", "val", "test"),
-    "flow_synthetic": ("train", "val", "test"),  # sparse optical flow (pncnn_jax.data.flow_synthetic)
-    "kitti_depth": ("train", "val", "selval", "test"),
-    "nyu_depth": ("train", "val"),
-}
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """A `dataset` name of the pipeline: its splits and how an example is made.
+
+  generated: rendered on the fly from an index (no data_dir; `synthetic_size` examples per epoch); else a
+  prepared TFDS dataset read from `data_dir`. make_map(cfg): the grain RandomMap from an index (generated) or a
+  TFDS record to an example.
+  """
+  splits: tuple[str, ...]
+  generated: bool
+  make_map: Callable[[Any], grain.transforms.RandomMap]
+
+
+# Extensions register theirs on import (pncnn_jax.flow: 'flow_synthetic').
+DATASETS: Registry[Dataset] = Registry("dataset")
+
+
+def register_dataset(name: str, dataset: Dataset) -> None:
+  """Adds a dataset name the pipeline (and every config's `data.dataset`) accepts."""
+  DATASETS.register(name, dataset)
+
+
+def splits(name: str) -> tuple[str, ...]:
+  """The splits of a registered dataset (() for an unknown name)."""
+  return DATASETS[name].splits if name in DATASETS else ()
+
+
+def is_generated(name: str) -> bool:
+  """Whether a dataset is rendered on the fly (no data_dir, `synthetic_size` examples per epoch)."""
+  return name in DATASETS and DATASETS[name].generated
+
 _SYNTHETIC_STREAM = {"train": 0, "val": 1, "test": 2}
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Pipeline settings (see `pncnn_jax.data.__init__` for the documented dict form)."""
-  dataset: str = "synthetic"  # 'synthetic' | 'kitti_depth' | 'nyu_depth' | 'flow_synthetic'
-  split: str = "train"  # see SPLITS
+  dataset: str = "synthetic"  # a name of DATASETS: 'synthetic' | 'kitti_depth' | 'nyu_depth' | extensions'
+  split: str = "train"  # see `splits(dataset)`
   batch_size: int = 4  # per shard (per host)
   crop: str = "center"  # 'none' | 'center' | 'bottom' | 'random'
   crop_height: int = 352  # crop rows
@@ -61,7 +85,7 @@ class DataConfig:
   data_dir: Optional[str] = None  # TFDS data_dir holding the prepared kitti_depth / nyu_depth
   num_threads: int = 2  # grain reader threads
   prefetch: int = 4  # grain prefetch buffer (elements)
-  # synthetic and flow_synthetic only
+  # generated datasets only (synthetic, and extensions' such as flow_synthetic)
   synthetic_size: int = 10000  # examples per epoch
   synthetic_seed: int = 0  # scene seed (scenes of a split do not depend on `seed`)
   synthetic_cache_dir: Optional[str] = None  # pre-rendered scenes (data/synthetic_cache.py), used if present
@@ -82,9 +106,9 @@ class DataConfig:
 
   def validate(self) -> None:
     if self.dataset not in DATASETS:
-      raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
-    if self.split not in SPLITS[self.dataset]:
-      raise ValueError(f"split of {self.dataset} must be one of {SPLITS[self.dataset]}, got {self.split!r}")
+      raise ValueError(f"dataset must be one of {tuple(DATASETS)}, got {self.dataset!r}")
+    if self.split not in splits(self.dataset):
+      raise ValueError(f"split of {self.dataset} must be one of {splits(self.dataset)}, got {self.split!r}")
     if self.crop not in ("none", "center", "bottom", "random"):
       raise ValueError(f"crop must be 'none', 'center', 'bottom' or 'random', got {self.crop!r}")
     if self.batch_size <= 0:
@@ -93,7 +117,8 @@ class DataConfig:
       raise ValueError(f"need 0 <= shard_index < shard_count, got {self.shard_index}, {self.shard_count}")
     if self.num_epochs is not None and self.num_epochs <= 0:
       raise ValueError(f"num_epochs must be positive or None, got {self.num_epochs}")
-    if self.dataset not in GENERATED and not self.data_dir:  # build.DatasetNotFoundError, with the build command
+    if not is_generated(self.dataset) and not self.data_dir:  # build.DatasetNotFoundError, with the build command
+      from pncnn_jax.data import build  # here: `python -m pncnn_jax.data.build` must not find it imported by data/
       build.check_prepared(self.dataset, self.data_dir, self.split)
 
 
@@ -163,12 +188,19 @@ class _Real(grain.transforms.RandomMap):
     return ex
 
 
+register_dataset("synthetic", Dataset(("train", "val", "test"), generated=True, make_map=_Synthetic))
+register_dataset("kitti_depth", Dataset(("train", "val", "selval", "test"), generated=False, make_map=_Real))
+register_dataset("nyu_depth", Dataset(("train", "val"), generated=False, make_map=_Real))
+
+
 def _source(cfg: DataConfig) -> grain.MapDataset:
-  if cfg.dataset in GENERATED:
+  if is_generated(cfg.dataset):
     return grain.MapDataset.range(cfg.synthetic_size)
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
   from pncnn_jax.data import kitti_depth, nyu_depth  # noqa: F401  (registers the builders)
   split = cfg.split
+  from pncnn_jax.data import build  # pylint: disable=g-import-not-at-top
   build.check_prepared(cfg.dataset, cfg.data_dir, split)  # else TFDS would start building it there
   src = tfds.data_source(cfg.dataset, split=split, data_dir=cfg.data_dir)
   return grain.MapDataset.source(src)
@@ -187,8 +219,7 @@ def make_dataset(config) -> grain.MapDataset:
   if shuffle:
     ds = ds.shuffle(seed=cfg.seed)
   ds = ds.repeat(cfg.num_epochs)
-  maps = {"synthetic": _Synthetic, "flow_synthetic": flow_synthetic.FlowSyntheticMap}
-  ds = ds.random_map(maps.get(cfg.dataset, _Real)(cfg), seed=cfg.seed)
+  ds = ds.random_map(DATASETS[cfg.dataset].make_map(cfg), seed=cfg.seed)
   ds = ds.batch(cfg.batch_size, drop_remainder=drop)
   if cfg.shard_count > 1:
     if drop and cfg.num_epochs is not None:  # only full global batches: the same number on every host

@@ -5,9 +5,9 @@ Each model is two files in `pncnn_jax/pretrained/<dataset>/`:
   <name>.npz   the variables, one array per leaf, keyed by the '/'-joined tree path
                ('params/nconv/nconv1/w_p', 'batch_stats/conf_estimator/inc/bn0/mean', ...), float32
   <name>.json  the manifest: how the weights were made (command, commit, recipe, steps, device, wall time),
-               the run's full config (what `pncnn_jax.train.build_model` needs) and the metrics they reached
+               the run's full config (what `pncnn_jax.training.loop.build_model` needs) and the metrics they reached
 
-`python -m pncnn_jax.reproduce --ship pncnn_jax/pretrained/synthetic` writes them (`save`); `load(spec)`
+`python -m pncnn_jax.experiments.reproduce --ship pncnn_jax/pretrained/synthetic` writes them (`save`); `load(spec)`
 reads them back. Only weights that pncnn_jax trained are shipped here: the official checkpoints are GPLv3 and
 stay outside the package.
 """
@@ -132,7 +132,8 @@ def load(spec: str, root: str | os.PathLike | None = None) -> tuple[dict[str, An
 
 
 def load_files(npz: str | os.PathLike, js: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
-  """(variables, manifest) of one `save`d pair of files, e.g. a run's final weights (pncnn_jax.reproduce)."""
+  """(variables, manifest) of one `save`d pair of files, e.g. a run's final weights
+  (pncnn_jax.experiments.reproduce)."""
   with np.load(npz) as z:
     flat = {k: z[k] for k in z.files}
   bad = [k for k, v in flat.items() if not np.all(np.isfinite(v))]

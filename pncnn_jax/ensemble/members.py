@@ -1,0 +1,368 @@
+"""Ensembles of pNCNN: K members as one stacked variable tree run with `jax.vmap`, and the fusion rules.
+
+Paper section 5.4 / Table 3 and its supplementary: an ensemble of pNCNNs, each trained on a random subset of the
+training data, fused per pixel by the mean, the confidence-weighted mean, the most confident member, or the
+maximum-likelihood (MLE) estimate of a mixture built from the members' confidences.
+
+Layout. Every member array carries a leading member axis K: stacked variables have leaves (K, ...); member
+outputs are (K, B, H, W, 1) depth mu_k [m] and precision c_k = 1/sigma_k^2 [1/m^2] (`ModelOutput.confidence` of
+pNCNN, docs/SPEC.md §6). Fusion rules are pure jnp functions of those two arrays and return (B, H, W, 1).
+
+The fusion rules are `pncnn_jax.ensemble.fusion` (re-exported here).
+
+Training (member data streams, the stacked state, the vmapped step) is `pncnn_jax.training.ensemble`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pncnn_jax import data, evaluate, from_config, losses
+from pncnn_jax import metrics as metrics_lib
+from pncnn_jax.checkpoints import identity as identity_lib
+from pncnn_jax.checkpoints import loader
+from pncnn_jax.ensemble.fusion import (  # noqa: F401
+  DEFAULT_MLE_LR,
+  DEFAULT_MLE_STEPS,
+  DEFAULT_MLE_VARIANCE,
+  FUSION_RULES,
+  _mixture_terms,
+  calibration_sums,
+  confidence_weights,
+  fuse,
+  fuse_max_confidence,
+  fuse_mean,
+  fuse_mle,
+  fuse_weighted_mean,
+  fused_variance,
+  mixture_log_density,
+  mixture_moments,
+  precision_scales,
+  scale_precision,
+)
+from pncnn_jax.nn import models
+
+Array = jax.Array
+PyTree = Any
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stacked variable trees.
+
+
+def stack_trees(trees: Sequence[PyTree]) -> PyTree:
+  """Stacks K trees of equal structure and leaf shapes into one tree with leaves (K, ...)."""
+  trees = list(trees)
+  if not trees:
+    raise ValueError("stack_trees: need at least one tree")
+  ref = jax.tree.structure(trees[0])
+  for i, t in enumerate(trees[1:], 1):
+    if jax.tree.structure(t) != ref:
+      raise ValueError(f"stack_trees: member {i} has a different tree structure than member 0")
+    bad = [(a.shape, b.shape) for a, b in zip(jax.tree.leaves(trees[0]), jax.tree.leaves(t)) if a.shape != b.shape]
+    if bad:
+      raise ValueError(f"stack_trees: member {i} has leaf shapes differing from member 0, e.g. {bad[0]}")
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def ensemble_size(stacked: PyTree) -> int:
+  """K, the common leading dimension of a stacked tree's leaves."""
+  sizes = {int(np.shape(x)[0]) if np.ndim(x) else None for x in jax.tree.leaves(stacked)}
+  if len(sizes) != 1 or None in sizes:
+    raise ValueError(f"not a stacked ensemble tree: leading dimensions {sorted(map(str, sizes))}")
+  return sizes.pop()
+
+
+def unstack_tree(stacked: PyTree) -> list[PyTree]:
+  """The K member trees of a stacked tree."""
+  return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(ensemble_size(stacked))]
+
+
+def init_ensemble(model, seeds: Sequence[int], shape: tuple[int, int] = (64, 96)) -> PyTree:
+  """Stacked initial variables of K members: member k is `models.init_variables(model, jax.random.key(seeds[k]),
+  shape)` (one jitted init, compiled once per model and shape, run K times and stacked)."""
+  if len(seeds) < 1:
+    raise ValueError("init_ensemble: `seeds` is empty")
+  return stack_trees([_init_one(model, jax.random.key(int(s)), tuple(shape)) for s in seeds])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _init_one(model, key: Array, shape: tuple[int, int]) -> PyTree:
+  return models.init_variables(model, key, shape)
+
+
+def load_ensemble(paths: Sequence[str | os.PathLike], step: int | str = "best", *, expect: dict | None = None,
+                  allow_mismatch: bool = False) -> tuple[PyTree, list[dict]]:
+  """Stacked variables from K single-model checkpoints, or from one ensemble workdir (`pncnn_jax.training.loop`).
+
+  Args:
+    paths: checkpoints understood by `loader.load` (workdirs, step or model directories, official files). One
+      path whose metadata has `ensemble_size` is returned as it is (already stacked).
+    step: for workdirs: an int, 'latest' or 'best'.
+    expect, allow_mismatch: the identity every checkpoint must have been trained as (`loader.load`).
+
+  Returns:
+    (stacked variables with leaves (K, ...), the list of the checkpoints' metadata).
+  """
+  paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+  if not paths:
+    raise ValueError("load_ensemble: no checkpoint paths given")
+  loaded = [loader.load(p, step=step, expect=expect, allow_mismatch=allow_mismatch) for p in paths]
+  if len(loaded) == 1 and loaded[0].ensemble_size is not None:
+    return loaded[0].variables, [loaded[0].meta]
+  for p, c in zip(paths, loaded):
+    if c.ensemble_size is not None:
+      raise ValueError(f"load_ensemble: {p} is an ensemble checkpoint; give it alone, not among members")
+  return stack_trees([c.variables for c in loaded]), [c.meta for c in loaded]
+
+
+def member_map(fn: Callable, method: str = "auto") -> Callable:
+  """Maps `fn` over the leading member axis of all its arguments: `jax.vmap`, or `jax.lax.map` (a loop over the
+  members inside one compiled program). 'auto' is 'map' on CPU and 'vmap' elsewhere: for inference, vmapping over
+  convolution kernels makes XLA emit grouped convolutions, ~3x slower than K plain ones on CPU. For training use
+  'vmap' (the default of `ensemble_train.ensemble_train_step`): on CPU a train step inside lax.map ran ~10x slower
+  than vmap (docs/BENCHMARKS.md)."""
+  if method == "auto":
+    method = "map" if jax.default_backend() == "cpu" else "vmap"
+  if method == "vmap":
+    return jax.vmap(fn)
+  if method == "map":
+    return lambda *args: jax.lax.map(lambda a: fn(*a), args)
+  raise ValueError(f"member_map: method must be 'auto', 'vmap' or 'map', got {method!r}")
+
+
+def apply_ensemble(model, variables: PyTree, sparse: Array, *, per_member: bool = False,
+                   method: str = "auto") -> models.ModelOutput:
+  """Eval-mode forward of every member over the stacked variables (`member_map`: vmap or lax.map).
+
+  Args:
+    model: the (common) Flax module.
+    variables: stacked variables, leaves (K, ...).
+    sparse: (B, H, W, 1) input depth [m] shared by all members, or (K, B, H, W, 1) when `per_member`.
+    method: 'vmap', 'map' or 'auto' (see `member_map`); the results agree to float rounding.
+
+  Returns:
+    `ModelOutput` whose fields are (K, B, H, W, 1).
+  """
+  if per_member:
+    return member_map(lambda v, x: model.apply(v, x, train=False), method)(variables, sparse)
+  return member_map(lambda v: model.apply(v, sparse, train=False), method)(variables)
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluation: each member and each fusion rule side by side (paper Table 3).
+
+
+def member_precision(model, variables: PyTree, sparse: Array, loss_name: str) -> tuple[Array, Array]:
+  """(depth, precision) of every member, each (K, B, H, W, 1): the precision by the members' loss
+  (`losses.precision_of`), the NConv confidence itself for L1/L2 models (fine for weights, not for AUCE)."""
+  out = apply_ensemble(model, variables, sparse)
+  prec = losses.precision_of(out.confidence, loss_name)
+  return out.depth, (out.confidence if prec is None else prec)
+
+
+@functools.lru_cache(maxsize=8)
+def _make_calibration_fn(model, loss_name: str):
+  return jax.jit(lambda variables, sparse, target: calibration_sums(
+      *member_precision(model, variables, sparse, loss_name), target))
+
+
+def fit_precision_scales(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
+                         max_batches: int = -1) -> np.ndarray:
+  """Per-member precision scales s_k = N / sum_i c_ki (t_i - mu_ki)^2 fitted on `batches` (`fusion.precision_scales`,
+  the maximum-likelihood scale of each member's Gaussian).
+
+  Fit them on scenes the evaluation does not use (a validation split), then pass them to `evaluate_ensemble` or
+  multiply the members' precisions by them before `fusion.fuse`. Members trained apart can disagree on the scale
+  of their precision (one over-confident member then wins most max-confidence picks); s_k < 1 marks a member
+  that claims more precision than it earns.
+
+  Args:
+    model, variables: the common module and stacked variables, leaves (K, ...).
+    batches: dicts with (B, H, W, 1) `sparse` and `target` [m]. loss_name: the members' training loss.
+    max_batches: stop after this many batches (-1: all).
+
+  Returns:
+    (K,) float64 scales.
+  """
+  fn = _make_calibration_fn(model, loss_name)
+  sums, count = np.zeros(ensemble_size(variables), np.float64), 0
+  for i, batch in enumerate(batches):
+    if 0 <= max_batches <= i:
+      break
+    sparse, target = evaluate.batch_arrays(batch, i)
+    s, n = jax.device_get(fn(variables, sparse, target))
+    sums += np.asarray(s, np.float64)
+    count += int(n)
+  return precision_scales(sums, count)
+
+
+@dataclasses.dataclass(frozen=True)
+class MLEOptions:
+  """Settings of `fuse_mle` (hashable, so that a jitted evaluation can be cached per setting)."""
+
+  variance: float = DEFAULT_MLE_VARIANCE  # v^2 [m^2]
+  steps: int = DEFAULT_MLE_STEPS  # Adam steps
+  learning_rate: float = DEFAULT_MLE_LR  # Adam's initial learning rate [m]
+
+
+CALIBRATED = " (calibrated)"  # suffix of the rows fused from scaled precisions (`evaluate_ensemble(precision_scales=)`)
+
+
+@functools.lru_cache(maxsize=8)
+def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[str, ...],
+                          mle: MLEOptions = MLEOptions(), calibrated: bool = False):
+  """jit(variables, sparse, target, scales) -> {row name: (depth, precision, per-image metrics)}.
+
+  Rows: 'member k' (its depth and precision by its loss's rule, `member_precision`) for every member, then every
+  rule of `rules` (fused depth and 1 / `fused_variance`). With `calibrated`, the same rows again with every
+  member's precision times scales[k] (`fit_precision_scales`), named with the suffix `CALIBRATED`; `scales` (K,)
+  is unused otherwise. Metrics per image, KITTI (mm, 1/km) or NYU (m), as `metrics.kitti_metrics`.
+  """
+  if metric_set not in ("kitti", "nyu"):
+    raise ValueError(f"metric_set must be 'kitti' or 'nyu', got {metric_set!r}")
+  bad = [r for r in rules if r not in FUSION_RULES]
+  if bad:
+    raise ValueError(f"unknown fusion rules {bad}; expected some of {FUSION_RULES}")
+  metric_fn = metrics_lib.kitti_metrics if metric_set == "kitti" else metrics_lib.nyu_metrics
+
+  def table(depth, prec, suffix):
+    rows = {f"member {k}{suffix}": (depth[k], prec[k]) for k in range(depth.shape[0])}
+    for r in rules:
+      rows[r + suffix] = fuse(depth, prec, r, variance=mle.variance, steps=mle.steps, learning_rate=mle.learning_rate)
+    return rows
+
+  @jax.jit
+  def fn(variables, sparse, target, scales):
+    depth, prec = member_precision(model, variables, sparse, loss_name)
+    rows = table(depth, prec, "")
+    if calibrated:
+      rows.update(table(depth, scale_precision(prec, scales), CALIBRATED))
+    return {name: (d, c, metric_fn(d, target)) for name, (d, c) in rows.items()}
+
+  return fn
+
+
+def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
+                      metric_set: str = "kitti", rules: Sequence[str] = FUSION_RULES, mle: MLEOptions = MLEOptions(),
+                      max_batches: int = -1, precision_scales: Sequence[float] | None = None
+                      ) -> dict[str, dict[str, float]]:
+  """Evaluates every member and every fusion rule on `batches` (paper Table 3).
+
+  Error metrics are split means of per-image values (docs/SPEC.md §7.3); AUSE (both definitions, docs/SPEC.md
+  §8.2, §8.3), AUCE and NLL pool all valid pixels of the split. Members are ranked by their own precision; fused
+  rows by the fused precision 1 / `fused_variance` (uniform mixture for 'mean', confidence-weighted for the other
+  rules).
+  AUCE and NLL are None for models trained without a probabilistic loss.
+
+  Args:
+    model: the common Flax module; variables: stacked, leaves (K, ...).
+    batches: dicts with (B, H, W, 1) `sparse` and `target` [m] (e.g. `pncnn_jax.data.make_iterator`).
+    loss_name: the members' training loss (decides their precision, `losses.precision_of`).
+    metric_set: 'kitti' or 'nyu'. rules: fusion rules to report. mle: `fuse_mle` settings.
+    max_batches: stop after this many batches (-1: all).
+    precision_scales: (K,) factors on the members' precisions (calibrated fusion: `fit_precision_scales` on other
+      scenes). Given, every row comes again with the suffix `CALIBRATED`, computed from the scaled precisions:
+      they change the rules that weigh or pick members and every NLL / AUCE, never a member's depth (nor
+      its AUSE, a ranking, but for the float32 rounding of near-ties).
+
+  Returns:
+    {row name: flat dict of metrics}, rows 'member 0', ..., then the rules in order (then the calibrated rows,
+    in the same order); print it with
+    `pncnn_jax.evaluate.format_table(rows, metric_set, header="member / fusion")`.
+  """
+  fn = make_ensemble_eval_fn(model, loss_name, metric_set, tuple(rules), mle, precision_scales is not None)
+  k = ensemble_size(variables)
+  scales = np.ones(k, np.float32) if precision_scales is None else np.asarray(precision_scales, np.float32)
+  if scales.shape != (k,) or not np.all(np.isfinite(scales) & (scales > 0)):
+    raise ValueError(f"evaluate_ensemble: precision_scales must be {k} finite values > 0 (one per member), got "
+                     f"{np.asarray(precision_scales).tolist()}")
+  probabilistic = loss_name in losses.PROBABILISTIC_LOSSES
+  means: dict[str, metrics_lib.MeanAccumulator] = {}
+  uncs: dict[str, metrics_lib.UncertaintyAccumulator] = {}
+  names = [f"member {m}" for m in range(k)] + list(rules)
+  if precision_scales is not None:
+    names += [n + CALIBRATED for n in names]
+  num_images = 0
+  for i, batch in enumerate(batches):
+    if 0 <= max_batches <= i:
+      break
+    sparse, target = evaluate.batch_arrays(batch, i)
+    out = jax.device_get(fn(variables, sparse, target, scales))
+    for name in names:
+      d, c, per_image = out[name]
+      means.setdefault(name, metrics_lib.MeanAccumulator()).update(per_image)
+      uncs.setdefault(name, metrics_lib.UncertaintyAccumulator()).update(d, target, c)
+    num_images += sparse.shape[0]
+  if num_images == 0:
+    raise ValueError("evaluate_ensemble: the batches gave no images")
+  rows = {}
+  for name in names:
+    u = uncs[name].result()
+    rows[name] = {**means[name].result(), "ause_pncnn": u["ause_pncnn"], "ause_gustafsson": u["ause_gustafsson"],
+                  "auce": u["auce"] if probabilistic else None, "nll": u["nll"] if probabilistic else None,
+                  "num_images": num_images}
+  return rows
+
+
+def write_ensemble_eval(rows: dict[str, dict[str, float]], out_dir: pathlib.Path, metric_set: str) -> None:
+  """<out_dir>/ensemble_eval.json (the rows' numbers) and ensemble_eval.md (`evaluate.format_table`)."""
+  out_dir.mkdir(parents=True, exist_ok=True)
+  (out_dir / "ensemble_eval.json").write_text(json.dumps(rows, indent=2) + "\n")
+  (out_dir / "ensemble_eval.md").write_text(evaluate.format_table(rows, metric_set, header="member / fusion") + "\n")
+
+
+def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLike | Sequence[str],
+                             step: int | str = "latest", *, allow_mismatch: bool = False
+                             ) -> dict[str, dict[str, float]]:
+  """What eval.py runs for an ensemble config: the eval split of `config`, every member and every rule.
+
+  Args:
+    config: an ensemble config (configs/ensemble_synthetic.py).
+    variables_or_path: stacked variables, an ensemble workdir, or a list of K single-model checkpoints (shipped
+      names 'synthetic:<name>' included; `model.mask_input_confidence` is taken from them, as for one model).
+    step: for workdirs: an int, 'latest' or 'best'.
+    allow_mismatch: use checkpoints trained as something else than `config` says (`config.identity`: dataset,
+      variant, loss, input scaling) with a warning; refused otherwise (`config.IdentityMismatchError`).
+
+  With `config.ensemble.calibration_split` set, the members' precision scales are first fitted on that split
+  (`fit_precision_scales`, evaluation crops) and the table gets the calibrated rows too (`evaluate_ensemble`).
+  """
+  settings = from_config.model_settings(config)
+  if isinstance(variables_or_path, (str, os.PathLike)) or (
+      isinstance(variables_or_path, Sequence) and not isinstance(variables_or_path, Mapping)):
+    variables, metas = load_ensemble(variables_or_path, step=step, expect=identity_lib.identity(config),
+                                     allow_mismatch=allow_mismatch)
+    masks = {from_config.model_settings(m.get("config") or {}).get("mask_input_confidence") for m in metas} - {None}
+    if len(masks) > 1:
+      raise ValueError(f"the members {list(variables_or_path)} were trained with and without "
+                       "model.mask_input_confidence: not one model")
+    if masks:  # part of what the weights were trained as: taken from them, as eval.py does for one model
+      settings["mask_input_confidence"] = masks.pop()
+  else:
+    variables = {k: v for k, v in variables_or_path.items() if k in ("params", "batch_stats")}
+  e = config.ensemble
+  eval_data = from_config.data_config(config, "eval", batch_size=max(1, config.eval_batch_size), num_epochs=1)
+  model = from_config.build_model({"variant": config.variant, "model": settings})
+  loss_name = from_config.variant_loss(config)
+  scales = None
+  split = e.get("calibration_split", "")
+  if split:  # calibrated fusion: per-member precision scales fitted on another split
+    scales = fit_precision_scales(model, variables, data.make_iterator({**eval_data, "split": split}),
+                                  loss_name=loss_name)
+    print(f"precision scales fitted on split {split!r}: " + ", ".join(f"{s:.3g}" for s in scales), flush=True)
+  return evaluate_ensemble(model, variables, data.make_iterator(eval_data), loss_name=loss_name,
+                           metric_set=config.metrics, rules=tuple(e.rules),
+                           mle=MLEOptions(float(e.mle_variance), int(e.mle_steps), float(e.mle_learning_rate)),
+                           max_batches=config.num_eval_batches, precision_scales=scales)
+

@@ -1,0 +1,200 @@
+r"""The paper's experiments on the built-in synthetic benchmark, in one resumable command.
+
+  python -m pncnn_jax.experiments.reproduce --workdir runs/paper [--scale cpu] [--stage all|train|evaluate|report]
+                                [--only ncnn,pncnn_masked] [--ship pretrained/synthetic]
+
+It trains every model of the paper (NCNN, NCNN-Conf L1/L2, pNCNN, pNCNN-Exp, the ablations and a 4-member
+pNCNN ensemble) with one recipe (`pncnn_jax.experiments.runs.SCALES`), evaluates all of them on held-out test scenes
+(the synthetic 'test' split: seeds that training and validation never see), and writes docs/RESULTS.md
+(docs/RESULTS_LONG.md for `--scale long`; RESULTS.md then compares the runs of both scales) and its JSON
+(`pncnn_jax.experiments.evaluate_runs`). `--scale longer` trains only the runs the long page marks as still falling
+(`pncnn_jax.experiments.runs.SCALE_RUNS`), 2x longer, and writes docs/RESULTS_LONGER.md; the long page then puts them in
+its claims. Every run lives in `<workdir>/runs/<name>` and resumes when the command is rerun, so the
+command can be split over several sittings: stop it at any time (a kill loses at most the steps since the last
+checkpoint) and rerun it to continue. Runs already finished are skipped.
+
+Two forms of each model with a learned input confidence are trained (`pncnn_jax.experiments.runs.RUNS`):
+  <variant>         the official network: c0 = UNet(x) at every pixel, also where there is no measurement.
+  <variant>_masked  our option `mask_input_confidence`: c0 = UNet(x) * [x > 0]. Without it, the empty pixels
+                    (~96 % of a LiDAR frame) keep a positive c0 and NConv averages their zeros into the
+                    prediction, which training counters by raising c0 where that costs most: at far points,
+                    the see-through ones among them (docs/RESULTS.md, "Why the official network fails here").
+The parity variants are untouched: `mask_input_confidence` defaults to False.
+
+`--ship DIR` writes the final weights of each finished run (of `--only`, when given) as DIR/<name>.npz plus
+DIR/<name>.json (the manifest: command, commit, steps, device, time, recipe and the validation metrics it
+reached), loadable by name (`--checkpoint synthetic:<name>`).
+
+`--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
+processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
+Even on 2 CPU cores `--jobs 2` trains more steps per second in total than one run at a time: a small-crop step
+does not keep both cores busy (docs/BENCHMARKS.md, bench/bench_jobs.py).
+`--carry docs/RESULTS_<SCALE>.json` lets a sitting on a machine without the earlier workdir add to the earlier
+sittings' results instead of replacing them: a run not finished in this workdir is evaluated from its shipped
+weights when they are the run that file measured, and otherwise keeps its row from the file, marked with the commit
+and date that measured it.
+Every finished run also keeps its final weights as `<workdir>/runs/<name>/final_weights.{npz,json}` and the
+devices it trained on in `device.json`: a run folder without its `checkpoints/` (a few MB) is enough to evaluate,
+report and ship it on another machine, e.g. train on a GPU, evaluate on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import threading
+import time
+from typing import Sequence
+
+from pncnn_jax.experiments import carry_over as carry_lib
+from pncnn_jax.experiments import evaluate_runs as results
+from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments.pages import report
+from pncnn_jax.experiments.runs import Run
+from pncnn_jax.runtime import compile_cache
+from pncnn_jax.training import loop as train
+
+
+def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int = 1) -> None:
+  """Trains (or resumes) each run, `jobs` at a time; finished runs are skipped."""
+  cache_dir = paper.build_caches(workdir, scale, workers=jobs)
+  todo = []
+  for run in runs:
+    if paper.finished(workdir, run, scale):
+      print(f"[{run.name}] finished", flush=True)
+      paper.write_final_weights(workdir, run, scale)
+    else:
+      todo.append(run)
+  if jobs > 1 and len(todo) > 1:
+    _train_in_processes(workdir, scale, todo, jobs)
+    return
+  for run in todo:
+    print(f"[{run.name}] training ({run.variant}, masked c0={run.masked}, seed {run.seed})", flush=True)
+    with WallClock(paper.run_dir(workdir, run)):
+      train.train_and_evaluate(paper.run_config(run, scale, cache_dir), paper.run_dir(workdir, run))
+    _record_device(paper.run_dir(workdir, run))
+    paper.write_final_weights(workdir, run, scale)
+
+
+def _train_in_processes(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int) -> None:
+  """Each run in its own `--stage train --only NAME` process, `jobs` at a time; output in <run>/train.log."""
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / jobs:.3f}")  # GPU memory per process
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", str(workdir / "jax_cache"))  # runs of one variant share programs
+
+  def one(run: Run) -> int:
+    rundir = paper.run_dir(workdir, run)
+    rundir.mkdir(parents=True, exist_ok=True)
+    print(f"[{run.name}] training in its own process, log {rundir / 'train.log'}", flush=True)
+    with open(rundir / "train.log", "a") as log:
+      rc = subprocess.call([sys.executable, "-m", "pncnn_jax.experiments.reproduce", "--workdir", str(workdir),
+                            "--scale", scale, "--stage", "train", "--only", run.name],
+                           stdout=log, stderr=subprocess.STDOUT, env=env)
+    print(f"[{run.name}] " + ("finished" if rc == 0 else f"failed (exit {rc}); see {rundir / 'train.log'}"),
+          flush=True)
+    return rc
+
+  with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+    failed = [r.name for r, rc in zip(runs, pool.map(one, runs)) if rc != 0]
+  if failed:
+    raise ValueError(f"training failed for {', '.join(failed)}: see their train.log; rerun to resume")
+
+
+def _record_device(rundir: pathlib.Path) -> None:
+  """<run>/device.json: what this sitting trained on (a run may span several sittings: one entry each)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  path = rundir / "device.json"
+  prior = json.loads(path.read_text()) if path.exists() else []
+  prior.append({"devices": [d.device_kind for d in jax.devices()], "backend": jax.default_backend(),
+                "jax": jax.__version__, "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M")})
+  path.write_text(json.dumps(prior, indent=1) + "\n")
+
+
+class WallClock:
+  """Adds this sitting's wall time to <run>/wall_time.json ({"seconds", "sittings"}: a run may span several).
+
+  The file is rewritten (atomically) every `every` seconds while the run trains, and at the end however it ends,
+  so a sitting whose process is killed with its machine keeps its time up to the last tick.
+  """
+
+  def __init__(self, rundir: pathlib.Path, every: float = 60.0):
+    self.path, self.every = rundir / "wall_time.json", every
+    self._stop = threading.Event()
+
+  def _write(self) -> None:
+    value = {"seconds": self._prior["seconds"] + time.time() - self._t0, "sittings": self._prior["sittings"] + 1}
+    tmp = self.path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value) + "\n")
+    tmp.replace(self.path)
+
+  def _tick(self) -> None:
+    while not self._stop.wait(self.every):
+      self._write()
+
+  def __enter__(self) -> "WallClock":
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._prior = json.loads(self.path.read_text()) if self.path.exists() else {"seconds": 0.0, "sittings": 0}
+    self._t0 = time.time()
+    self._thread = threading.Thread(target=self._tick, daemon=True)
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._stop.set()
+    self._thread.join()
+    self._write()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.experiments.reproduce",
+                                   description=__doc__.split("\n\n")[1],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--workdir", required=True, help="where runs, caches and evaluations go (outside git)")
+  parser.add_argument("--scale", default="cpu", choices=sorted(paper.SCALES), help="the training recipe")
+  parser.add_argument("--stage", default="all", choices=("all", "train", "evaluate", "report"))
+  parser.add_argument("--only", default="", help="comma-separated run names (default: all, or the "
+                      "scale's own in pncnn_jax.experiments.runs.SCALE_RUNS); see pncnn_jax.experiments.runs.RUNS")
+  parser.add_argument("--results", default="", help="the report to write (and its .json); default docs/RESULTS.md "
+                      "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md)")
+  parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
+  parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
+  parser.add_argument("--carry", default="", help="an earlier sitting's results JSON (e.g. docs/RESULTS_LONG.json): "
+                      "a run not finished in this workdir is evaluated from its shipped weights when they are the run "
+                      "that file measured, else keeps its row from it, marked with the page's commit and date (for a "
+                      "machine that no longer has the earlier workdir)")
+  args = parser.parse_args(argv)
+  workdir = pathlib.Path(os.path.abspath(args.workdir))
+  if not args.results:
+    args.results = f"docs/{report.page_name(args.scale)}"
+  os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
+  try:
+    runs = paper.select(args.only, args.scale)
+    if workdir.exists() and not workdir.is_dir():
+      raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
+    if args.jobs < 1:
+      raise ValueError(f"--jobs={args.jobs}: must be at least 1")
+    carry = carry_lib.read_carry(pathlib.Path(args.carry), args.scale) if args.carry else None  # before training
+    if args.stage in ("all", "train"):
+      train_runs(workdir, args.scale, runs, args.jobs)
+    if args.stage in ("all", "evaluate", "report"):
+      summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
+      if carry is not None:
+        summary = carry_lib.add(summary, carry, workdir, args.scale, evaluate=args.stage != "report")
+      report.write(summary, pathlib.Path(args.results), workdir)
+      print(f"wrote {args.results} and {pathlib.Path(args.results).with_suffix('.json')}", flush=True)
+      if args.ship:
+        results.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship), runs)
+  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

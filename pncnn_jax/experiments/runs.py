@@ -1,0 +1,247 @@
+"""The paper's experiments on the synthetic benchmark as data: recipes (`SCALES`), the trained models (`RUNS`)
+and where each run lives in a reproduction workdir. `python -m pncnn_jax.experiments.reproduce` runs them;
+`pncnn_jax.experiments.evaluate_runs` evaluates them; `pncnn_jax.experiments.pages.report` writes docs/RESULTS.md.
+
+Two forms of each model with a learned input confidence are trained:
+  <variant>         the official network: c0 = UNet(x) at every pixel, also where there is no measurement.
+  <variant>_masked  our option `mask_input_confidence`: c0 = UNet(x) * [x > 0] (docs/RESULTS.md says why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Mapping
+
+import ml_collections
+
+from pncnn_jax import from_config
+
+# One recipe per scale. 'cpu' fits 2 CPU cores (about 10-30 min per pNCNN run); 'long' is the same recipe 5x longer.
+SCALES: dict[str, dict[str, Any]] = {
+    "cpu": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=100, num_epochs=10, lr_decay_epochs=8,
+                learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
+    # The cpu recipe 5x longer (lr 0.01 for 4000 steps, then 1000 at 0.001), same crops and batch: does training
+    # length change the claims? Measured on a 2-core CPU machine, one run per core: 1-2 h for a run with a UNet,
+    # 5 min for NCNN (`train_wall_s` in docs/RESULTS_LONG.json).
+    "long": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=20, lr_decay_epochs=16,
+                 learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
+    # The long recipe 2x longer (lr 0.01 for 8000 steps, then 2000 at 0.001), for the runs whose validation curve
+    # still falls at 5000 steps (SCALE_RUNS). Measured: about 4 h per pNCNN-sized run on one CPU core, 2 h for NCNN-Conf
+    "longer": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=40, lr_decay_epochs=32,
+                   learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
+    # A few steps on tiny crops: the whole command end to end in about a minute (tests, a first look).
+    "smoke": dict(train_crop=(32, 64), batch_size=2, steps_per_epoch=3, num_epochs=2, lr_decay_epochs=1,
+                  learning_rate=0.01, train_scenes=8, val_scenes=2, test_scenes=4, eval_crop=(64, 96)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One trained model: a variant of pncnn_jax.nn.models.VARIANTS, the c0 mask option and the init/data seed."""
+  name: str
+  variant: str
+  masked: bool = False
+  seed: int = 0
+  # 'main' | 'ablation' | 'ensemble' | 'beta' | 'aux' | 'detach' | 'seeds' | 'recipe' (the tables a run appears in)
+  group: str = "main"
+  loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
+  detach: bool = False  # config.model.detach_variance_input (our option)
+  learning_rate: float = 0.0  # 0: the scale's; else the lr before the scale's drop (our recipe option)
+  grad_clip_norm: float = 0.0  # 0: plain Adam; else config.grad_clip_norm (our recipe option)
+
+
+# In training order: the models the claims need first, the official (unmasked) forms next, then the extra
+# ensemble members and the ablations.
+RUNS: tuple[Run, ...] = (
+    Run("ncnn", "ncnn"),
+    Run("pncnn_masked", "pncnn", True),
+    Run("ncnn_conf_l1_masked", "ncnn_conf_l1", True),
+    Run("pncnn", "pncnn"),
+    Run("ncnn_conf_l1", "ncnn_conf_l1"),
+    Run("pncnn_exp_masked", "pncnn_exp", True),
+    Run("ncnn_conf_l2_masked", "ncnn_conf_l2", True),
+    Run("pncnn_masked_seed1", "pncnn", True, 1, "ensemble"),
+    Run("pncnn_masked_seed2", "pncnn", True, 2, "ensemble"),
+    Run("pncnn_masked_seed3", "pncnn", True, 3, "ensemble"),
+    Run("no_conf_est", "no_conf_est", False, 0, "ablation"),
+    Run("no_var_est_masked", "no_var_est", True, 0, "ablation"),
+    Run("depth_pred_masked", "depth_pred", True, 0, "ablation"),
+    Run("laplace_masked", "laplace", True, 0, "ablation"),
+    # Our option against claims (b) and (d): pNCNN trained with beta-NLL weights, two seeds.
+    Run("pncnn_beta_masked", "pncnn_beta", True, 0, "beta"),
+    Run("pncnn_beta_masked_seed1", "pncnn_beta", True, 1, "beta"),
+    Run("pncnn_beta1_masked", "pncnn_beta", True, 0, "beta", loss="gaussian_nll_beta1"),  # beta = 1: dose-response
+    # Does an L1-type data term make c0 single out the disturbed points whatever the seed (claim (b))?
+    Run("laplace_masked_seed1", "laplace", True, 1, "ablation"),
+    Run("laplace_masked_seed2", "laplace", True, 2, "ablation"),
+    Run("ncnn_conf_l1_masked_seed1", "ncnn_conf_l1", True, 1, "seeds"),  # the reference of (b)-(d), over seeds too
+    Run("ncnn_conf_l1_masked_seed2", "ncnn_conf_l1", True, 2, "seeds"),
+    # Our option against claim (b): an auxiliary L1 term on mu gives c0 the signal NCNN-Conf-L1 trains it with,
+    # whatever the predicted precision (losses.gaussian_nll_l1); with the plain and the beta-NLL.
+    Run("pncnn_aux_masked", "pncnn", True, 0, "aux", loss="gaussian_nll_l1"),
+    Run("pncnn_beta_aux_masked", "pncnn_beta", True, 0, "aux", loss="gaussian_nll_beta_l1"),
+    # Does the gradient from the variance UNet into cout decide what c0 learns (claim (b))? The same models with
+    # the variance UNet's input detached (models.PNCNN.detach_variance_input).
+    Run("pncnn_detach_masked", "pncnn", True, 0, "detach", detach=True),
+    Run("pncnn_beta_detach_masked", "pncnn_beta", True, 0, "detach", detach=True),
+    Run("pncnn_beta_detach_masked_seed1", "pncnn_beta", True, 1, "detach", detach=True),
+    # Detached, the variance UNet sees only the NConv confidence and loses what c0 told it: the same with the sparse
+    # input as a second channel, so that it can find the disturbed points itself.
+    Run("sparse_var_beta_detach_masked", "sparse_var", True, 0, "detach", loss="gaussian_nll_beta", detach=True),
+    Run("sparse_var_beta_detach_masked_seed1", "sparse_var", True, 1, "detach", loss="gaussian_nll_beta", detach=True),
+    # The same with an absolute-error data term (Laplace NLL): the kind of term under which c0 was selective most often.
+    Run("sparse_var_laplace_detach_masked", "sparse_var", True, 0, "detach", loss="laplace_nll", detach=True),
+    # Is lr 0.01 too high for batches of four 64x320 crops (pNCNN's validation curves swing +-10 %, and it spiked
+    # once at the longer scale)? Masked pNCNN and its (d) reference at lr 0.003, x0.1 at the scale's step.
+    Run("pncnn_masked_lr3e-3", "pncnn", True, 0, "recipe", learning_rate=0.003),
+    Run("pncnn_masked_lr3e-3_seed1", "pncnn", True, 1, "recipe", learning_rate=0.003),  # its c0 over seeds too
+    Run("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1", True, 0, "recipe", learning_rate=0.003),
+    # In both runs whose loss spiked (lr 0.003 seed 1, and seed 0 over 10000 steps) c0 turned reversed right after
+    # the spike: masked pNCNN at the scale's lr with each gradient clipped to global L2 norm 10 (the largest norms
+    # logged outside a spike are ~9), so that one outlier batch cannot throw Adam's moments.
+    Run("pncnn_masked_clip10", "pncnn", True, 0, "recipe", grad_clip_norm=10.0),
+    Run("pncnn_masked_clip10_seed1", "pncnn", True, 1, "recipe", grad_clip_norm=10.0),
+    Run("pncnn_exp", "pncnn_exp"),
+    Run("ncnn_conf_l2", "ncnn_conf_l2"),
+)
+RUNS_BY_NAME = {r.name: r for r in RUNS}
+# The ensemble of the fusion table: four pNCNN (masked c0) runs that differ only in their seed.
+ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")
+# Runs of one recipe that differ only in their seed, keyed by the seed-0 run the claims use: their spread is what
+# one run's figures carry (docs/RESULTS.md, 'Spread over seeds').
+SEED_GROUPS: dict[str, tuple[str, ...]] = {
+    "pncnn_masked": ENSEMBLE,
+    "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
+    "pncnn_beta_detach_masked": ("pncnn_beta_detach_masked", "pncnn_beta_detach_masked_seed1"),
+    "sparse_var_beta_detach_masked": ("sparse_var_beta_detach_masked", "sparse_var_beta_detach_masked_seed1"),
+    "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
+    "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
+    "pncnn_masked_lr3e-3": ("pncnn_masked_lr3e-3", "pncnn_masked_lr3e-3_seed1"),
+    "pncnn_masked_clip10": ("pncnn_masked_clip10", "pncnn_masked_clip10_seed1"),
+}
+# Runs trained at a lower learning rate (Run.learning_rate), each with the same recipe at the scale's lr:
+# masked pNCNN first, then its (d) reference.
+LR_PAIRS = (("pncnn_masked_lr3e-3", "pncnn_masked"), ("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1_masked"))
+
+
+def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collections.ConfigDict:
+  """configs/synthetic.py:<variant> with the scale's recipe, the run's seed, c0 option, learning rate and gradient
+  clipping."""
+  s = SCALES[scale]
+  config = from_config.load_config(f"{configs_dir() / 'synthetic.py'}:{run.variant}")
+  with config.unlocked():
+    config.seed = run.seed
+    config.loss = run.loss
+    config.model.mask_input_confidence = run.masked
+    config.model.detach_variance_input = run.detach
+    apply_recipe(config, s)
+    if run.learning_rate:
+      config.learning_rate = run.learning_rate
+    config.grad_clip_norm = run.grad_clip_norm
+    config.data.synthetic_cache_dir = cache_dir or ""
+    config.progress_bar = False
+    config.log_every_steps = 50
+  return config
+
+
+def configs_dir() -> pathlib.Path:
+  """The checkout's configs/ folder (the experiments run from a clone, not from an installed package)."""
+  here = pathlib.Path(__file__).resolve().parents[2] / "configs"
+  if not here.is_dir():
+    raise FileNotFoundError(f"{here}: the configs/ folder of the pncnn_jax checkout is missing")
+  return here
+
+
+def build_caches(workdir: pathlib.Path, scale: str, workers: int = 1) -> str:
+  """Renders the training, validation and test scenes of the recipe once (data/synthetic_cache.py), with
+  `workers` processes; returns the cache dir."""
+  from pncnn_jax.data import sparsify, synthetic, synthetic_cache  # pylint: disable=g-import-not-at-top
+  s, full = SCALES[scale], synthetic.SyntheticConfig()
+  cache_dir = workdir / "scene_cache"
+  for split, stream, (h, w), size in (("train", 0, s["train_crop"], s["train_scenes"]),
+                                      ("val", 1, s["eval_crop"], s["val_scenes"]),
+                                      ("test", 2, s["eval_crop"], s["test_scenes"])):
+    top, left = sparsify.crop_offsets(full.height, full.width, h, w, "center")
+    window = (top, left, h, w)
+    path = cache_dir / synthetic_cache.cache_name(split, 0, window)
+    if not path.exists():
+      print(f"rendering {size} {split} scenes at {h}x{w} into {path} (once)", flush=True)
+    synthetic_cache.build(path, seed=0, stream=stream, window=window, size=size, progress=True, workers=workers)
+  return str(cache_dir)
+
+
+def run_dir(workdir: pathlib.Path, run: Run) -> pathlib.Path:
+  return workdir / "runs" / run.name
+
+
+def finished(workdir: pathlib.Path, run: Run, scale: str) -> bool:
+  """True when the run's metrics.jsonl has its final validation row."""
+  total = SCALES[scale]["steps_per_epoch"] * SCALES[scale]["num_epochs"]
+  path = run_dir(workdir, run) / "metrics.jsonl"
+  if not path.exists():
+    return False
+  for line in path.read_text().splitlines():
+    row = json.loads(line)
+    if row.get("split") == "val" and row.get("step") == total:
+      return True
+  return False
+
+
+FINAL_WEIGHTS = "final_weights"  # <run>/final_weights.{npz,json}: the final variables in pncnn_jax.pretrained form
+
+
+def final_weights(workdir: pathlib.Path, run: Run) -> tuple[pathlib.Path, pathlib.Path]:
+  d = run_dir(workdir, run)
+  return d / f"{FINAL_WEIGHTS}.npz", d / f"{FINAL_WEIGHTS}.json"
+
+
+def write_final_weights(workdir: pathlib.Path, run: Run, scale: str) -> None:
+  """Keeps a finished run's last-step variables beside its checkpoints (once): with metrics.jsonl, config.json,
+  wall_time.json and device.json they are what evaluating, reporting and shipping the run need, so the folder
+  can move between machines without its checkpoints (optimizer state included, ~3x larger)."""
+  from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.checkpoints import loader  # pylint: disable=g-import-not-at-top
+  npz, _ = final_weights(workdir, run)
+  if npz.exists() or not finished(workdir, run, scale):
+    return
+  loaded = loader.load(run_dir(workdir, run), step="latest", variant=run.variant)
+  manifest = {"name": run.name, "variant": run.variant, "mask_input_confidence": run.masked, "seed": run.seed,
+              "step": loaded.meta.get("step"), "scale": scale, "config": loaded.meta.get("config")}
+  pretrained.save(jax_to_numpy(loaded.variables), manifest, run_dir(workdir, run), FINAL_WEIGHTS)
+
+
+def jax_to_numpy(tree: Any) -> Any:
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return jax.tree.map(np.asarray, tree)
+
+
+# The runs a scale trains when --only is not given, for a scale meant for some runs only (default: every run).
+# 'longer': the required runs whose validation curve docs/RESULTS_LONG.md marks as still falling at 5000 steps.
+SCALE_RUNS: dict[str, tuple[str, ...]] = {"longer": ("ncnn_conf_l2", "pncnn_masked", "pncnn_exp")}
+
+
+def select(only: str | None, scale: str | None = None) -> list[Run]:
+  """The runs named in a comma-separated list; for an empty one, those of SCALE_RUNS[scale] (all of them when the
+  scale has no such entry)."""
+  if not only:
+    return [RUNS_BY_NAME[n] for n in SCALE_RUNS[scale]] if scale in SCALE_RUNS else list(RUNS)
+  names = [n for n in only.split(",") if n]
+  unknown = [n for n in names if n not in RUNS_BY_NAME]
+  if unknown:
+    raise ValueError(f"--only: unknown run(s) {unknown}; known: {', '.join(RUNS_BY_NAME)}")
+  return [RUNS_BY_NAME[n] for n in names]
+
+
+def apply_recipe(config: ml_collections.ConfigDict, recipe: Mapping[str, Any]) -> None:
+  """Sets a reproduction recipe's fields on an unlocked config: batch_size, steps_per_epoch, num_epochs,
+  lr_decay_epochs, learning_rate, train_crop / eval_crop (height, width), train_scenes / val_scenes (the synthetic
+  scene counts); used by pncnn_jax.experiments.runs and pncnn_jax.experiments.flow.reproduce."""
+  for key in ("batch_size", "steps_per_epoch", "num_epochs", "lr_decay_epochs", "learning_rate"):
+    config[key] = recipe[key]
+  config.data.train_crop_height, config.data.train_crop_width = recipe["train_crop"]
+  config.data.eval_crop_height, config.data.eval_crop_width = recipe["eval_crop"]
+  config.data.synthetic_size = recipe["train_scenes"]
+  config.data.eval_synthetic_size = recipe["val_scenes"]

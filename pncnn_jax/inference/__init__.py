@@ -1,0 +1,15 @@
+"""Inference: completing depth maps a user brings, and exporting models for deployment.
+
+  predict  files or arrays -> depth [m] and sigma [m] (`python -m pncnn_jax.predict`)
+  export   StableHLO and ONNX with a JSON sidecar (`python -m pncnn_jax.export`)
+
+The names below are imported on first use (both modules are also programs).
+"""
+
+from pncnn_jax.runtime.alias import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "predict_array": "pncnn_jax.inference.predict",
+    "predict_files": "pncnn_jax.inference.predict",
+    "export_checkpoint": "pncnn_jax.inference.export",
+})

@@ -1,0 +1,292 @@
+r"""Export a trained model for deployment: a serialized StableHLO module and an ONNX file, at a fixed H x W.
+
+  python -m pncnn_jax.export --checkpoint PATH --output DIR --height H --width W [--variant NAME]
+      [--formats stablehlo,onnx] [--platforms cpu,cuda] [--onnx_batch 1]
+
+PATH is anything the one checkpoint loader (`pncnn_jax.checkpoints.loader.load`) takes: a pncnn_jax checkpoint (training
+workdir -> its best step, a step directory, a converted model directory), an official `.pth.tar` / `.npz` (then
+--variant if it names none), or a shipped name such as `synthetic:pncnn_masked` (`pncnn_jax.pretrained`). The
+model is rebuilt with the settings stored with the checkpoint (e.g. its conv_precision).
+
+Writes into DIR:
+  pncnn.stablehlo   `jax.export.Exported.serialize()` bytes (flatbuffers). Load with `jax.export.deserialize` and
+                    call with `.call(x)`: only jax is needed, not pncnn_jax. The batch is symbolic (any B >= 1);
+                    H and W are fixed. Lowered for every platform of --platforms (default cpu and cuda).
+  pncnn.onnx        ONNX (opset 23) through jax2onnx, at the fixed batch --onnx_batch (jax2onnx 0.17.1 mis-traces
+                    the batch concatenation of `layers.nconv` under a symbolic batch, so the ONNX batch is fixed).
+                    The NConv layers are plain `Conv` nodes there and the sigmoid/softplus heads are written out
+                    from Exp/Log (`onnx_tracing`). Needs the `onnx` extra (docs/deploy/export.md).
+  export.json       the sidecar: input size, variant, loss, the input and output names, shapes and units.
+
+Input `sparse_depth`: (B, H, W, 1) float32, metres, 0 = no measurement. Outputs, in this order, both (B, H, W, 1)
+float32 (NHWC):
+  depth        the completed depth, metres.
+  confidence   the model's output confidence (`models.ModelOutput.confidence`); its meaning depends on the loss the
+               variant was trained with (`CONFIDENCE_KINDS`, see `pncnn_jax.evaluate`): for pNCNN (gaussian_nll)
+               the precision 1/sigma^2 in 1/m^2, so sigma = 1/sqrt(confidence) metres.
+The weights are constants inside both artifacts. Eval mode (BatchNorm running statistics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import pathlib
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from pncnn_jax.checkpoints import loader
+from pncnn_jax.nn import cpu_kernels, models
+
+INPUT_NAME = "sparse_depth"
+OUTPUT_NAMES = ("depth", "confidence")
+STABLEHLO_FILE, ONNX_FILE, SIDECAR_FILE = "pncnn.stablehlo", "pncnn.onnx", "export.json"
+FORMATS = ("stablehlo", "onnx")
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+MIN_SIZE = 8  # three 2x2 poolings
+JAX2ONNX_VERSION = "0.17.1"
+
+# What the `confidence` output is, by training loss (pncnn_jax.evaluate's module doc).
+_PRECISION = ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)")
+CONFIDENCE_KINDS = {
+    "gaussian_nll": _PRECISION,
+    "gaussian_nll_beta": _PRECISION,
+    "gaussian_nll_beta1": _PRECISION,
+    "gaussian_nll_l1": _PRECISION,
+    "gaussian_nll_beta_l1": _PRECISION,
+    "gaussian_nll_exp": ("log precision log(1/sigma^2)", "log(1/m^2)", "sigma = exp(-confidence / 2)"),
+    "laplace_nll": ("inverse Laplace scale 1/b", "1/m", "sigma = sqrt(2) / confidence"),
+    "masked_l1": ("propagated NConv confidence (not calibrated)", "unitless", "none: rank pixels by it"),
+    "masked_l2": ("propagated NConv confidence (not calibrated)", "unitless", "none: rank pixels by it"),
+}
+
+
+def load(checkpoint: str | pathlib.Path, variant: str | None = None, allow_mismatch: bool = False) -> loader.Loaded:
+  """`loader.load` (the one checkpoint loader), its errors naming --checkpoint."""
+  try:
+    return loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
+  except (ValueError, FileNotFoundError) as e:
+    if str(e).startswith("--checkpoint"):
+      raise
+    raise type(e)(f"--checkpoint {checkpoint}: {e}") from e
+
+
+def serving_fn(model: models.PNCNN, variables: dict[str, Any]) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
+  """sparse (B, H, W, 1) metres -> (depth [m], confidence), eval mode, the variables closed over as constants."""
+  def serve(sparse_depth):
+    out = model.apply(variables, sparse_depth, train=False)
+    return out.depth, out.confidence
+  return serve
+
+
+def export_stablehlo(fn: Callable, height: int, width: int,
+                     platforms: tuple[str, ...] = ("cpu", "cuda")) -> jax.export.Exported:
+  """`jax.export` of `fn` for a (b, height, width, 1) float32 input with a symbolic batch b >= 1."""
+  (b,) = jax.export.symbolic_shape("b")
+  spec = jax.ShapeDtypeStruct((b, height, width, 1), jnp.float32)
+  return jax.export.export(jax.jit(fn), platforms=platforms)(spec)
+
+
+def _jax2onnx():
+  """jax2onnx's `to_onnx`, after the shim it needs on jax >= 0.11.
+
+  jax 0.11 merged `ClosedJaxpr` into `Jaxpr` and removed the name `jax._src.core.ClosedJaxpr`, which jax2onnx
+  0.17.1's `jit` lowering plugin still reads (`isinstance(x, jcore.ClosedJaxpr)`). The shim binds that name to
+  the class jax itself exports as `jax.extend.core.ClosedJaxpr` (the merged `Jaxpr` on jax >= 0.11). It touches
+  nothing when the name exists, and only runs when an ONNX export is asked for.
+  """
+  try:
+    from jax2onnx import to_onnx  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f"--formats onnx needs jax2onnx and onnxruntime: pip install 'pncnn_jax[onnx]' && "
+                      f"pip install --no-deps jax2onnx=={JAX2ONNX_VERSION} ({e})") from e
+  from jax._src import core as jax_src_core  # pylint: disable=g-import-not-at-top
+  if not hasattr(jax_src_core, "ClosedJaxpr"):
+    from jax.extend import core as jax_ext_core  # pylint: disable=g-import-not-at-top
+    jax_src_core.ClosedJaxpr = jax_ext_core.ClosedJaxpr
+  return to_onnx
+
+
+def _sigmoid_for_onnx(x: jax.Array) -> jax.Array:
+  """1 / (1 + exp(-x)): onnxruntime's `Sigmoid` kernel is off by up to 160 % (relative) for x < -17."""
+  return 1 / (1 + jnp.exp(-x))
+
+
+def _softplus_for_onnx(x: jax.Array) -> jax.Array:
+  """max(x, 0) + log1p(exp(-|x|)), log1p in Kahan's form from Log/Div (ONNX has no Log1p; jax.nn.softplus becomes
+  log(1 + t) there, which is 0 for t < 6e-8, i.e. softplus(x) = 0 instead of ~exp(x) for x < -17)."""
+  t = jnp.exp(-jnp.abs(x))
+  u = 1 + t
+  log1p_t = jnp.where(u == 1, t, jnp.log(u) * (t / jnp.where(u == 1, jnp.ones_like(u), u - 1)))
+  return jax.nn.relu(x) + log1p_t
+
+
+@contextlib.contextmanager
+def onnx_tracing():
+  """Within it, the model traces in a form that ONNX runtimes compute as jit does. Only read at trace time.
+
+  * NConv layers as library convolutions instead of `cpu_kernels._taps_same_conv`. The fused taps are an XLA:CPU
+    speed-up (kh*kw*C_in*C_out shifted slices, multiplied and summed); in ONNX they become ~5,000
+    Slice/Squeeze/Mul/Add nodes, which jax2onnx needs ~130 s to convert for pNCNN at 64x96 (against ~12 s) and
+    onnxruntime runs slower (86 ms against 68 ms per 64x96 frame, 2 CPU cores). The library form is one `Conv` per
+    layer. Same convolution, another summation order.
+  * The UNet heads' sigmoid and softplus in forms exact to float32 rounding under onnxruntime
+    (`_sigmoid_for_onnx`, `_softplus_for_onnx`). The input confidences reach 1e-25 and NConv takes ratios of them,
+    so the tails matter: with onnxruntime's own Sigmoid the official KITTI NCNN-Conf-L1 moved depths by up to 22 m.
+  Weight transforms (softplus of the NConv kernels, the BatchNorm scale) act on constants and run in JAX at trace
+  time, so they need nothing here.
+  """
+  saved = cpu_kernels.TAPS_MAX_CHANNEL_PAIRS, dict(models.UNET_ACTIVATIONS)
+  cpu_kernels.TAPS_MAX_CHANNEL_PAIRS = 0
+  models.UNET_ACTIVATIONS.update(sigmoid=_sigmoid_for_onnx, softplus=_softplus_for_onnx)
+  try:
+    yield
+  finally:
+    cpu_kernels.TAPS_MAX_CHANNEL_PAIRS = saved[0]
+    models.UNET_ACTIVATIONS.clear()
+    models.UNET_ACTIVATIONS.update(saved[1])
+
+
+def export_onnx(fn: Callable, path: str | pathlib.Path, height: int, width: int, batch: int = 1,
+                model_name: str = "pncnn") -> str:
+  """Writes `fn` as ONNX for a fixed (batch, height, width, 1) float32 input; returns the path.
+
+  `fn` is traced afresh under `onnx_tracing()`: pass a function that no `jax.jit` has traced before.
+  """
+  to_onnx = _jax2onnx()
+  with onnx_tracing(), _quiet_onnx_ir():
+    to_onnx(fn, [(batch, height, width, 1)], model_name=model_name, input_names=[INPUT_NAME],
+            output_names=list(OUTPUT_NAMES), return_mode="file", output_path=str(path))
+  return str(path)
+
+
+@contextlib.contextmanager
+def _quiet_onnx_ir():
+  """onnx_ir logs one warning per intermediate value without a recorded type (hundreds per model)."""
+  logger = logging.getLogger("onnx_ir")
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
+def sidecar(variant: str, loss: str, height: int, width: int, *, formats: tuple[str, ...],
+            platforms: tuple[str, ...], onnx_batch: int, checkpoint: str) -> dict[str, Any]:
+  """The JSON description of the artifacts (what a deployment needs to feed them and read their outputs)."""
+  kind, unit, sigma = CONFIDENCE_KINDS[loss]
+  files = {}
+  if "stablehlo" in formats:
+    files["stablehlo"] = {"file": STABLEHLO_FILE, "batch": "symbolic (any B >= 1)", "platforms": list(platforms),
+                          "load": "jax.export.deserialize(bytearray(open(file, 'rb').read())).call(x)"}
+  if "onnx" in formats:
+    files["onnx"] = {"file": ONNX_FILE, "batch": onnx_batch, "opset": 23, "converter": f"jax2onnx {JAX2ONNX_VERSION}"}
+  return {
+      "variant": variant,
+      "loss": loss,
+      "checkpoint": checkpoint,
+      "height": height,
+      "width": width,
+      "layout": "NHWC",
+      "dtype": "float32",
+      "input": {"name": INPUT_NAME, "shape": ["B", height, width, 1], "unit": "m",
+                "meaning": "sparse depth, 0 = no measurement"},
+      "outputs": [
+          {"name": "depth", "shape": ["B", height, width, 1], "unit": "m", "meaning": "completed depth"},
+          {"name": "confidence", "shape": ["B", height, width, 1], "unit": unit, "meaning": kind, "sigma": sigma},
+      ],
+      "files": files,
+      "jax_version": jax.__version__,
+  }
+
+
+def export_checkpoint(checkpoint: str, output_dir: str, height: int, width: int, *, variant: str | None = None,
+                      formats: tuple[str, ...] = FORMATS, platforms: tuple[str, ...] = ("cpu", "cuda"),
+                      onnx_batch: int = 1, log: Callable[[str], None] = print,
+                      allow_mismatch: bool = False) -> dict[str, Any]:
+  """What `python -m pncnn_jax.export` does; returns the sidecar dict (also written to DIR/export.json)."""
+  check_size("--height", height)
+  check_size("--width", width)
+  if onnx_batch < 1:
+    raise ValueError(f"--onnx_batch must be >= 1, got {onnx_batch}")
+  ckpt = load(checkpoint, variant, allow_mismatch)
+  if "onnx" in formats:
+    _jax2onnx()  # fail before writing anything when the extra is missing
+  model, variables, variant, loss = ckpt.build_model(), ckpt.variables, ckpt.variant, ckpt.loss
+  if ckpt.ensemble_size is not None:
+    raise ValueError(f"--checkpoint {checkpoint} is an ensemble of {ckpt.ensemble_size} models: export one member")
+  fn = serving_fn(model, variables)
+  out = pathlib.Path(output_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  if "stablehlo" in formats:
+    t0 = time.perf_counter()
+    data = export_stablehlo(fn, height, width, platforms).serialize()
+    (out / STABLEHLO_FILE).write_bytes(data)
+    log(f"wrote {out / STABLEHLO_FILE} ({len(data) / 1e6:.2f} MB, {time.perf_counter() - t0:.1f} s)")
+  if "onnx" in formats:
+    t0 = time.perf_counter()
+    export_onnx(serving_fn(model, variables), out / ONNX_FILE, height, width, onnx_batch,
+                model_name=f"pncnn_{variant}")
+    log(f"wrote {out / ONNX_FILE} ({(out / ONNX_FILE).stat().st_size / 1e6:.2f} MB, "
+        f"{time.perf_counter() - t0:.1f} s)")
+  meta = sidecar(variant, loss, height, width, formats=formats, platforms=platforms, onnx_batch=onnx_batch,
+                 checkpoint=str(checkpoint))
+  (out / SIDECAR_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+  log(f"wrote {out / SIDECAR_FILE}")
+  return meta
+
+
+def check_size(flag: str, n: int) -> None:
+  if n < MIN_SIZE:
+    raise ValueError(f"{flag} must be >= {MIN_SIZE} (three 2x2 poolings), got {n}")
+
+
+def _csv(flag: str, value: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+  items = tuple(v.strip() for v in value.split(",") if v.strip())
+  bad = [v for v in items if v not in allowed]
+  if not items or bad:
+    raise ValueError(f"{flag} {value!r}: expected a comma-separated subset of {list(allowed)}")
+  return items
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.export", description=__doc__.splitlines()[0])
+  parser.add_argument("--checkpoint", required=True,
+                      help="pncnn_jax checkpoint dir/workdir, official .pth.tar/.npz, or a shipped name "
+                           "('synthetic:<name>')")
+  parser.add_argument("--output", required=True, help="output directory")
+  parser.add_argument("--height", type=int, required=True, help="input height H (fixed in the artifacts)")
+  parser.add_argument("--width", type=int, required=True, help="input width W (fixed in the artifacts)")
+  parser.add_argument("--variant", default=None, help=f"model variant, one of {sorted(models.VARIANTS)}")
+  parser.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated subset of {list(FORMATS)}")
+  parser.add_argument("--platforms", default="cpu,cuda",
+                      help=f"platforms of the StableHLO artifact, a comma-separated subset of {list(PLATFORMS)}")
+  parser.add_argument("--onnx_batch", type=int, default=1, help="the fixed batch size of the ONNX model")
+  parser.add_argument("--allow_mismatch", action="store_true",
+                      help="use --variant even where the checkpoint says it was trained as another variant")
+  args = parser.parse_args(argv)
+  try:
+    if args.variant is not None and args.variant not in models.VARIANTS:
+      raise ValueError(f"--variant {args.variant!r} is not one of {sorted(models.VARIANTS)}")
+    formats = _csv("--formats", args.formats, FORMATS)
+    platforms = _csv("--platforms", args.platforms, PLATFORMS)
+    check_size("--height", args.height)
+    check_size("--width", args.width)
+    export_checkpoint(args.checkpoint, args.output, args.height, args.width, variant=args.variant,
+                      formats=formats, platforms=platforms, onnx_batch=args.onnx_batch,
+                      allow_mismatch=args.allow_mismatch)
+  except (ValueError, FileNotFoundError, ImportError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,189 @@
+"""Faster CPU implementations of the 'same' convolution, behind one seam: `nconv_conv` and `conv2d_same`.
+
+XLA:CPU's library convolutions are tuned for wide channels; two places of pNCNN are far from that:
+  * the 1-4 channel NConv layers: a fused sum of shifted, scaled slices ("taps") is 2-20x faster, forward and
+    for the input gradient (`nconv_conv`, for layers with at most TAPS_MAX_CHANNEL_PAIRS channel pairs at float32
+    precision);
+  * the weight gradients of the wide UNet layers: kh*kw matrix products over tiles of rows
+    (`_taps_weight_grad`, chosen on CPU by `lax.platform_dependent` for >= TAPS_WGRAD_MIN_CHANNELS input
+    channels and >= TAPS_WGRAD_MIN_PIXELS pixels; other backends take the library gradient).
+and the skip joins of the UNet decoder (`conv2d_same_inputs`): in eval mode one convolution per input, summed
+(no full-size concatenation); in training one convolution of the concatenation, so that the tiled weight
+gradient shares its shifted gradient tiles across both inputs.
+
+Each computes `pncnn_jax.nn.conv.same_conv` (values and gradients, to float32 rounding: the summation order
+differs); tests/nn/test_cpu_kernels.py ties each to it. Timings: docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export, lax
+
+from pncnn_jax.nn.conv import NCONV_PRECISION, check_same_kernel
+from pncnn_jax.nn.conv import same_conv as _lax_same_conv
+
+Array = jax.Array
+
+# ----------------------------------------------------------------------------------------------------------
+# The NConv layers: fused-taps forward.
+
+def _taps_same_conv(a: Array, w: Array) -> Array:
+  """The same convolution as a fused sum of kh*kw*C_in*C_out shifted, scaled slices (float32 FMAs).
+
+  For the 1-4 channel NConv layers this is 2-20x faster than a library convolution on CPU, where those are
+  tuned for wide channels; XLA fuses the whole sum into one loop per output channel.
+  """
+  kh, kw, ci, co = w.shape
+  _, h, wd, _ = a.shape
+  ap = jnp.pad(a, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
+  outs = []
+  for o in range(co):
+    acc = None
+    for i in range(kh):
+      for j in range(kw):
+        for c in range(ci):
+          term = ap[:, i:i + h, j:j + wd, c] * w[i, j, c, o]
+          acc = term if acc is None else acc + term
+    outs.append(acc)
+  return jnp.stack(outs, axis=-1)
+
+
+@jax.custom_vjp
+def _taps_conv_fast_fwd(a: Array, w: Array) -> Array:
+  return _taps_same_conv(a, w)
+
+
+def _taps_fwd(a, w):
+  return _taps_same_conv(a, w), (a, w)
+
+
+def _taps_bwd(res, g):
+  # From TAPS_DGRAD_MIN_PIXELS pixels, dL/da is the same convolution of g with the kernel flipped in space and
+  # transposed in channels (odd kernels, symmetric padding): fused taps again, 3-10x faster than the library's
+  # input gradient for these 1-4 channel layers (4.6 % of a 352x1216 batch-4 pNCNN step, docs/BENCHMARKS.md).
+  # Below it the library's: the fused sum costs ~20 % more compile time in a small training program and gains
+  # nothing measurable there. dL/dW (kh*kw*C_in*C_out whole-image sums) is always the library's.
+  a, w = res
+  if math.prod(a.shape[:3]) < TAPS_DGRAD_MIN_PIXELS:
+    return jax.vjp(lambda a_, w_: _lax_same_conv(a_, w_, NCONV_PRECISION), a, w)[1](g)
+  da = _taps_same_conv(g, jnp.transpose(w[::-1, ::-1], (0, 1, 3, 2)))
+  dw = jax.vjp(lambda w_: _lax_same_conv(a, w_, NCONV_PRECISION), w)[1](g)[0]
+  return da, dw
+
+
+_taps_conv_fast_fwd.defvjp(_taps_fwd, _taps_bwd)
+
+# Layers with at most this many (C_in * C_out) channel pairs use the fused-taps forward (all NConvUNet layers).
+TAPS_MAX_CHANNEL_PAIRS = 8
+# ... and, from this many pixels (B*H*W of the layer's input), the fused-taps input gradient.
+TAPS_DGRAD_MIN_PIXELS = 65536
+
+
+def nconv_conv(a: Array, w: Array, precision) -> Array:
+  """Stride-1 cross-correlation with symmetric zero padding (kh-1)/2: (B,H,W,C_in) x HWIO -> (B,H,W,C_out)."""
+  if w.shape[2] * w.shape[3] <= TAPS_MAX_CHANNEL_PAIRS and precision == NCONV_PRECISION:
+    return _taps_conv_fast_fwd(a, w)
+  return _lax_same_conv(a, w, precision)
+
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Wide 'same' convolutions (the UNets) with a faster weight gradient on CPU.
+
+# The tap-wise weight gradient is used on CPU for layers with at least this many input channels and pixels.
+TAPS_WGRAD_MIN_CHANNELS = 16
+TAPS_WGRAD_MIN_PIXELS = 65536
+
+
+def _taps_weight_grad(x: Array, g: Array, kernel_size: tuple[int, int], precision, rows: int = 4) -> Array:
+  """dL/dW of a stride-1 'same' cross-correlation as kh*kw matrix products per tile (HWIO result).
+
+  dW[i, j] = sum_{b,h,w} x[b, h, w, :]^T g[b, h + p_h - i, w + p_w - j, :] (g zero-padded). The sum runs over
+  tiles of `rows` image rows (a `fori_loop`). Each tile contributes, per tap and per image, one
+  (C_out x rows*W) @ (rows*W x C_in) product over contiguous rows; the kh*kw shifted copies of g are tile-sized
+  and stay in cache, and the batch stays a batch axis of the products, so a batch sharded over devices stays a
+  sharded contraction (partial sums + all-reduce). The direct forms are slower on XLA:CPU: its weight-gradient
+  convolution transposes both operands to channel-major layouts and contracts over only B; whole-image shifted
+  copies of g cost kh*kw full-size writes (docs/BENCHMARKS.md).
+  """
+  kh, kw = kernel_size
+  ph, pw = kh // 2, kw // 2
+  b, h, w, ci = x.shape
+  co = g.shape[-1]
+  n_tiles = -(-h // rows)
+  extra = n_tiles * rows - h  # zero rows: they add nothing
+  xp = jnp.pad(x, ((0, 0), (0, extra), (0, 0), (0, 0)))
+  gp = jnp.pad(g, ((0, 0), (ph, ph + extra), (pw, pw), (0, 0)))
+  # Materialised once: otherwise XLA may fuse their producers (a concatenation, the BatchNorm backward) into
+  # the per-tile products and recompute them for every tap.
+  xp, gp = lax.optimization_barrier((xp, gp))
+
+  def tile(t, acc):
+    xt = lax.dynamic_slice_in_dim(xp, t * rows, rows, axis=1).reshape(b, rows * w, ci)
+    gt = lax.dynamic_slice_in_dim(gp, t * rows, rows + 2 * ph, axis=1)
+    taps = [jnp.einsum("bko,bkc->boc", gt[:, 2 * ph - i:2 * ph - i + rows, 2 * pw - j:2 * pw - j + w].reshape(
+        b, rows * w, co), xt, precision=precision) for i in range(kh) for j in range(kw)]
+    return acc + jnp.stack(taps, axis=1)
+
+  acc = lax.fori_loop(0, n_tiles, tile, jnp.zeros((b, kh * kw, co, ci), jnp.float32)).sum(0)
+  return jnp.transpose(acc, (0, 2, 1)).reshape(kh, kw, ci, co)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _conv_taps_wgrad(x: Array, w: Array, precision) -> Array:
+  return _lax_same_conv(x, w, precision)
+
+
+def _conv_taps_wgrad_fwd(x, w, precision):
+  return _lax_same_conv(x, w, precision), (x, w)
+
+
+def _conv_taps_wgrad_bwd(precision, res, g):
+  x, w = res
+  dx = jax.vjp(lambda a: _lax_same_conv(a, w, precision), x)[1](g)[0]
+  library_dw = lambda x_, g_: jax.vjp(lambda k: _lax_same_conv(x_, k, precision), w)[1](g_)[0]  # noqa: E731
+  taps_dw = lambda x_, g_: _taps_weight_grad(x_, g_, w.shape[:2], precision)  # noqa: E731
+  return dx, lax.platform_dependent(x, g, cpu=taps_dw, default=library_dw)
+
+
+_conv_taps_wgrad.defvjp(_conv_taps_wgrad_fwd, _conv_taps_wgrad_bwd)
+
+
+def conv2d_same(x: Array, w: Array, precision=None) -> Array:
+  """Stride-1 cross-correlation with symmetric zero padding k//2 (odd kernels): NHWC x HWIO -> NHWC.
+
+  Same values and gradients as `lax.conv_general_dilated`; on CPU, wide layers (>= 16 input channels,
+  >= 65,536 output pixels, all sizes concrete) take their weight gradient from `_taps_weight_grad`.
+  """
+  check_same_kernel("conv2d_same", x, w)
+  ci = w.shape[2]
+  # A symbolic size (`jax.export` with a symbolic batch) takes the library path: both paths compute the same
+  # forward values, they differ only in how the CPU weight gradient is computed.
+  if (ci >= TAPS_WGRAD_MIN_CHANNELS and not any(export.is_symbolic_dim(d) for d in x.shape[:3])
+      and math.prod(x.shape[:3]) >= TAPS_WGRAD_MIN_PIXELS):
+    return _conv_taps_wgrad(x, w, precision)
+  return _lax_same_conv(x, w, precision)
+
+
+
+def conv2d_same_inputs(xs: Sequence[Array], w: Array, precision=None, *, train: bool = False) -> Array:
+  """`conv2d_same` of the channel concatenation of `xs` (the UNet skip joins), the kernel sliced per input.
+
+  In eval mode one convolution per input, summed: no full-size concatenation (a copy written at memory speed,
+  ~7 % of the CPU forward). In training one convolution of the concatenation: the tiled weight gradient then
+  shares its shifted gradient tiles across the inputs (one loop per input costs ~10 % more per CPU step). The
+  two orders sum differently, so the choice is kept per mode (training numerics as before the split).
+  """
+  if len(xs) == 1:
+    return conv2d_same(xs[0], w, precision)
+  if train:
+    return conv2d_same(jnp.concatenate(list(xs), axis=-1), w, precision)
+  offsets = np.cumsum([0] + [x.shape[-1] for x in xs])
+  return sum(conv2d_same(x, w[:, :, a:b], precision) for x, a, b in zip(xs, offsets, offsets[1:]))

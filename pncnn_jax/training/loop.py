@@ -1,0 +1,404 @@
+"""The training loop: `train_and_evaluate(config, workdir)`, for a single model and for an ensemble.
+
+One jitted step (pncnn_jax.training.step), data-parallel over every device of every host (pncnn_jax.runtime.sharding):
+the global batch sharded on the mesh axis 'data', the TrainState replicated. Under `jit` the loss and the BatchNorm
+statistics are means over the global batch, so the result does not depend on the device count.
+
+A config with an `ensemble` block (configs/ensemble_synthetic.py) trains K members in the same loop: the state
+carries a leading member axis, the step is `ensemble_train.ensemble_train_step` (the single-model step vmapped over
+the members), and the batches come from `ensemble_train.MemberBatches` (member k on its own subset); validation
+evaluates every member and fusion rule, and the best checkpoint is the one with the lowest validation RMSE of
+`config.ensemble.select_rule`.
+
+A run lives in its workdir:
+  config.json                    the config it was started with (a run of another variant here is an error)
+  metrics.jsonl                  one JSON object per line: {"step", "split": "train" | "val", ...metrics}
+  checkpoints/<step>/            orbax (pncnn_jax.checkpoints.manager): the latest `max_to_keep` and the best by
+                                 validation RMSE; metadata holds the variant, config and data position
+  tensorboard/                   event files, when tensorboardX is installed
+  ensemble_eval.{json,md}        ensembles: the final evaluation of every member and fusion rule
+
+Rerunning the same command resumes exactly: parameters, optimizer and BatchNorm state, step (hence the learning
+rate, a function of the step) and the position of the data stream are restored from the latest checkpoint.
+After every step the loss, the gradients (and their norm), the parameters (and their norm) and the BatchNorm
+statistics are checked (`train_step.state_is_finite`); a failure, or non-finite validation predictions, stops the
+run with `FloatingPointError` before anything is saved, so every checkpoint passes the check and the latest is the
+last good state. A checkpoint that fails it (written by an older version) is refused on resume, with the steps to
+resume from instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import os
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh
+
+from pncnn_jax import data, evaluate, from_config
+from pncnn_jax.checkpoints import identity as identity_lib
+from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.nn import models, prng
+from pncnn_jax.runtime import compile_cache, run_files, sharding
+from pncnn_jax.training import ensemble as ensemble_train
+from pncnn_jax.training import step as ts
+
+log = logging.getLogger(__name__)
+
+# Names kept here for existing callers (notebooks, scripts); they live in pncnn_jax.from_config and
+# pncnn_jax.runtime.sharding.
+load_config, variant_loss, data_config, steps_per_epoch = (from_config.load_config, from_config.variant_loss,
+                                                           from_config.data_config, from_config.steps_per_epoch)
+make_mesh, shard_batch, replicate = sharding.make_mesh, sharding.shard_batch, sharding.replicate
+
+# --------------------------------------------------------------------------------------------------------------
+# State
+
+
+@functools.lru_cache(maxsize=16)
+def _schedule_and_optimizer(lr: float, spe: int, decay_epochs: int, factor: float, clip_norm: float):
+  """The StepLR schedule and Adam, one object per setting: the optimizer is a static part of the TrainState, so a
+  new one would make the jitted step recompile (e.g. when a run resumes in the same process)."""
+  schedule = ts.step_lr_schedule(lr, spe, decay_epochs, factor)
+  return schedule, ts.make_optimizer(schedule, clip_norm)
+
+
+def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
+  return _schedule_and_optimizer(float(config.learning_rate), int(spe), int(config.lr_decay_epochs),
+                                 float(config.lr_decay_factor), float(config.get("grad_clip_norm", 0.0)))
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_init(model: models.PNCNN):
+  """`models.init_variables(model, key)` jitted once per model (it re-traces on every call)."""
+  shape = (1, 16, 16, getattr(model, "input_channels", 1))  # sparse depth: 1 channel; flow (pncnn_jax.flow): C + 1
+  return jax.jit(lambda key: model.init(prng.init_key(key), jnp.zeros(shape, jnp.float32), train=False))
+
+
+def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.TrainState:
+  """The initial TrainState of a single model (params from `config.seed`, Adam with the StepLR schedule)."""
+  model = from_config.build_model(config)
+  variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
+  state = ts.create_train_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
+  return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
+
+
+def init_ensemble_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.TrainState:
+  """The initial stacked TrainState of an ensemble: member k from seed `from_config.member_seeds(config)[k]`."""
+  model = from_config.build_model(config)
+  hw = (config.data.train_crop_height, config.data.train_crop_width)
+  variables = ensemble.init_ensemble(model, from_config.member_seeds(config), hw)
+  return ensemble_train.create_ensemble_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Jitted steps
+
+
+def _jit_step(fn: Callable, mesh: Mesh, batch_axis: int):
+  """`fn(state, batch)` jitted for the mesh: state replicated (donated), batch sharded on 'data' on `batch_axis`."""
+  rep = sharding.replicated(mesh)
+  return jax.jit(fn, in_shardings=(rep, sharding.batch_sharding(mesh, batch_axis)), out_shardings=(rep, rep),
+                 donate_argnums=0)
+
+
+@functools.lru_cache(maxsize=16)
+def make_train_step(loss_name: str, mesh: Mesh):
+  """`train_step` jitted for the mesh: state replicated (donated), batch sharded on 'data'."""
+  return _jit_step(functools.partial(ts.train_step, loss_name=loss_name), mesh, 0)
+
+
+@functools.lru_cache(maxsize=16)
+def make_train_steps(loss_name: str, mesh: Mesh):
+  """`train_step.train_steps` (n steps per call) jitted for the mesh: batches (n, B, ...) sharded along B."""
+  return _jit_step(functools.partial(ts.train_steps, loss_name=loss_name), mesh, 1)
+
+
+@functools.lru_cache(maxsize=16)
+def make_ensemble_train_step(loss_name: str, mesh: Mesh, method: str = "vmap"):
+  """`ensemble_train.ensemble_train_step` jitted for the mesh: member batches (K, B, ...) sharded along B."""
+  return _jit_step(functools.partial(ensemble_train.ensemble_train_step, loss_name=loss_name, method=method), mesh, 1)
+
+
+def next_boundary(done: int, *, every: list[int], last: int) -> int:
+  """The first step count after `done` at which the loop must stop between calls: a multiple of one of `every`
+  (epoch length, validation/checkpoint intervals; <= 0 = unused) or `last`."""
+  return min([last] + [(done // e + 1) * e for e in every if e > 0])
+
+
+def steps_in_call(done: int, steps_per_call: int, boundary: int) -> int:
+  """How many steps the next call runs after `done` steps: `steps_per_call`, unless the next `boundary` would
+  fall inside the call; then single steps up to it, so that validations and checkpoints happen at exactly their
+  steps and only two programs (1 and `steps_per_call` steps) are ever compiled."""
+  return steps_per_call if boundary - done >= steps_per_call else 1
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Validation
+
+
+@functools.lru_cache(maxsize=16)
+def _eval_fn(model: models.PNCNN, metric_set: str):
+  """One jitted eval function per model (reused across validations and runs in one process)."""
+  return evaluate.make_eval_fn(model, metric_set)
+
+
+def validate(config: ml_collections.ConfigDict, state: ts.TrainState, mesh: Mesh,
+             eval_fn=None) -> evaluate.EvalResult:
+  """Evaluates a single model's state (eval mode) on the config's validation split (the first
+  `num_eval_batches`)."""
+  model = from_config.build_model(config)
+  return evaluate.run_evaluation(
+      model, ts.variables_of(state), from_config.eval_iterator(config), loss_name=from_config.variant_loss(config),
+      metric_set=config.metrics, mesh=mesh, max_batches=config.num_eval_batches,
+      eval_fn=eval_fn or _eval_fn(model, config.metrics))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What differs between a single model and an ensemble
+
+
+@dataclasses.dataclass
+class _Job:
+  """The parts of a run the loop calls: `next_batch(n)` (the sharded batch of the next call of n steps),
+  `step(n)` (its jitted step), `flat(m)` (one step's metrics as a flat dict of floats), `validate(state)`
+  ((row for metrics.jsonl, the summary to return)), the checkpoint metadata `extra_meta()` and the restore
+  check `on_restore(meta)`."""
+
+  state: ts.TrainState
+  steps_per_call: int
+  next_batch: Callable[[int], dict[str, jax.Array]]
+  step: Callable[[int], Callable]
+  flat: Callable[[Mapping[str, np.ndarray]], dict[str, float]]
+  validate: Callable[[ts.TrainState], tuple[dict[str, Any], dict[str, Any]]]
+  extra_meta: Callable[[], dict[str, Any]]
+  on_restore: Callable[[dict[str, Any], int], None]
+  start_at: Callable[[int], None]
+
+
+def _single_job(config, mesh: Mesh, spe: int, loss_name: str) -> _Job:
+  per_host = config.batch_size // jax.process_count()
+  train_iter = data.make_iterator(from_config.data_config(config, "train", batch_size=per_host, num_epochs=None))
+  per_call = from_config.steps_per_call(config)
+
+  def next_batch(n):
+    if n == 1:
+      return sharding.shard_batch(next(train_iter), mesh)
+    return sharding.shard_batches([next(train_iter) for _ in range(n)], mesh)
+
+  def validate_state(state):
+    val = validate(config, state, mesh).summary()
+    return val, {"val": val}
+
+  def on_restore(meta, _):
+    if meta.get("data_iterator") is not None:
+      train_iter.set_state(meta["data_iterator"])
+
+  return _Job(
+      state=init_state(config, spe), steps_per_call=per_call, next_batch=next_batch,
+      step=lambda n: make_train_step(loss_name, mesh) if n == 1 else make_train_steps(loss_name, mesh),
+      flat=lambda m: {k: float(v) for k, v in m.items() if k != "is_finite"},
+      validate=validate_state, extra_meta=lambda: {"data_iterator": train_iter.get_state()},
+      on_restore=on_restore, start_at=lambda _: None)
+
+
+def _ensemble_job(config, mesh: Mesh, spe: int, loss_name: str, workdir: pathlib.Path) -> _Job:
+  e = config.ensemble
+  seeds, fraction = from_config.member_seeds(config), float(e.subset_fraction)
+  if from_config.steps_per_call(config) != 1:
+    raise ValueError("config.steps_per_call: ensembles run one step per call (-1 or 1)")
+  per_host = config.batch_size // jax.process_count()
+  source = ensemble_train.MemberBatches(from_config.data_config(config, "train", batch_size=1, num_epochs=1), seeds,
+                                  fraction, per_host)
+  total = spe * int(config.num_epochs)
+  it = {}
+
+  def validate_state(state):
+    rows = ensemble.evaluate_ensemble_config(config, ts.variables_of(state))
+    return dict(rows[e.select_rule]), {"val": dict(rows[e.select_rule]), "rows": rows}
+
+  def on_restore(meta, latest):
+    if meta.get("ensemble_size") != len(seeds) or meta.get("seeds") != seeds:
+      raise ValueError(f"{workdir}: checkpoint {latest} is an ensemble of {meta.get('variant')!r} with seeds "
+                       f"{meta.get('seeds')}, the config asks for {config.variant!r} with seeds {seeds}")
+
+  if e.select_rule not in e.rules:
+    raise ValueError(f"config.ensemble.select_rule={e.select_rule!r} is not one of config.ensemble.rules {e.rules}")
+  return _Job(
+      state=init_ensemble_state(config, spe), steps_per_call=1,
+      next_batch=lambda n: sharding.shard_batch(next(it["it"]), mesh, batch_axis=1),
+      step=lambda n: make_ensemble_train_step(loss_name, mesh, e.get("train_member_map", "vmap")),
+      flat=lambda m: {f"{k}_{j}": float(v[j]) for k, v in m.items() if k != "is_finite" for j in range(len(seeds))},
+      validate=validate_state,
+      extra_meta=lambda: {"ensemble_size": len(seeds), "seeds": seeds, "subset_fraction": fraction},
+      on_restore=on_restore, start_at=lambda start: it.update(it=source.iterator(start, total)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The loop
+
+
+def _last_good(ckpt: checkpointing.Checkpointer) -> str:
+  """What a divergence message tells the user: the last good step and how to go on."""
+  steps = ckpt.all_steps()
+  if not steps:
+    return "Nothing was saved; lower config.learning_rate and rerun."
+  return (f"Nothing was saved after the last good checkpoint, step {steps[-1]}; a rerun resumes from it (and "
+          f"diverges again unless config.learning_rate is lowered). To resume from an earlier step, remove the later "
+          f"step folders under {ckpt.directory} (kept steps: {steps}).")
+
+
+def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], config, workdir: pathlib.Path,
+            mesh: Mesh) -> tuple[_Job, ts.TrainState]:
+  """(job, the latest checkpoint's state), once its metadata says it was trained as `config` says (checked before
+  the job is built) and its values are finite; without a checkpoint, (job, the initial state replicated)."""
+  latest = ckpt.latest_step()
+  if latest is not None:
+    meta = ckpt.restore_metadata(latest)
+    identity_lib.check_identity(identity_lib.checkpoint_identity(meta), identity_lib.identity(config),
+                              what=f"checkpoint {latest} in {workdir}", source="its metadata",
+                              remedy="use another --workdir")
+  job = make_job()
+  if latest is None:
+    return job, sharding.replicate(job.state, mesh)
+  target = checkpointing.abstract_like(ts.state_to_tree(job.state), sharding.replicated(mesh))
+  state = ts.tree_to_state(job.state, ckpt.restore(latest, target=target)[0])
+  if not bool(jax.device_get(ts.state_is_finite(state))):  # an ensemble: all members at once
+    earlier = [s for s in ckpt.all_steps() if s < latest]
+    raise FloatingPointError(
+        f"checkpoint {latest} in {workdir} holds non-finite or overflowing parameters or BatchNorm statistics: the "
+        f"run diverged before it was saved. To resume from an earlier step, remove {ckpt.directory / str(latest)}"
+        + (f" (earlier steps: {earlier})" if earlier else " (no earlier step: use a new --workdir)")
+        + " and lower config.learning_rate.")
+  job.on_restore(meta, latest)
+  log.warning("resumed from step %d in %s", latest, workdir)
+  return job, state
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
+                       *, stop_after_steps: int | None = None) -> dict[str, Any]:
+  """Trains `config` in `workdir` (resuming from its latest checkpoint), validating every epoch.
+
+  Args:
+    config: a config of configs/*.py; with an `ensemble` block, K members are trained together.
+    workdir: the run directory (created if missing).
+    stop_after_steps: testing hook: return after this many steps of *this* call, as a kill would (no final save
+      beyond the periodic ones).
+
+  Returns:
+    the last validation summary ({'step', 'val': {...}}, for an ensemble also 'rows': every member and fusion
+    rule), or {} if no validation ran.
+  """
+  from_config.check_config(config)  # ConfigError (a ValueError) before anything is created
+  from_config.check_data(config)  # DatasetNotFoundError, likewise
+  workdir = pathlib.Path(os.path.abspath(os.fspath(workdir)))
+  if workdir.exists() and not workdir.is_dir():
+    raise ValueError(f"--workdir {workdir} is a file, not a folder")
+  workdir.mkdir(parents=True, exist_ok=True)
+  loss_name = from_config.variant_loss(config)
+  mesh = sharding.make_mesh()
+  sharding.check_batch_size(config.batch_size, mesh)
+  is_main = jax.process_index() == 0
+  is_ensemble = "ensemble" in config
+
+  spe = from_config.steps_per_epoch(config)
+  total_steps = spe * config.num_epochs
+  schedule = _schedule_and_tx(config, spe)[0]
+  ckpt = checkpointing.Checkpointer(workdir, max_to_keep=config.max_to_keep, keep_best=True, best_metric="rmse")
+  try:
+    job, state = _resume(ckpt, lambda: (_ensemble_job(config, mesh, spe, loss_name, workdir) if is_ensemble
+                                        else _single_job(config, mesh, spe, loss_name)), config, workdir, mesh)
+  except BaseException:
+    ckpt.close()  # no orbax thread left behind to print after the message
+    raise
+  if is_main:  # once the checkpoints are known to be of this config: a refused run leaves the workdir as it was
+    run_files.write_config(config, workdir)
+  compile_cache.enable(workdir)  # <workdir>/jax_cache unless the user chose (pncnn_jax/runtime/compile_cache.py)
+  start = int(np.ravel(np.asarray(state.step))[0])  # (K,) steps for an ensemble, all equal
+  writer = run_files.MetricWriter(workdir, enabled=is_main)
+  writer.drop_after(start)  # rows a killed run wrote after its last checkpoint: the resumed run rewrites them
+  per_call = job.steps_per_call
+  stop_at = total_steps if stop_after_steps is None else min(total_steps, start + stop_after_steps)
+  job.start_at(start)
+
+  def metadata(step: int) -> dict[str, Any]:  # identity: dataset, variant, loss, input_scale
+    return {**identity_lib.identity(config), "step": step, "epoch": step / spe, "steps_per_epoch": spe,
+            **job.extra_meta(), "config": json.loads(config.to_json_best_effort())}
+
+  summary: dict[str, Any] = {}
+  bar = None
+  if config.progress_bar and is_main:
+    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
+    bar = tqdm(total=total_steps, initial=start, unit="step", dynamic_ncols=True, desc=config.variant)
+  window: list[dict[str, float]] = []
+  t_window = time.perf_counter()
+  every = [spe, config.eval_every_steps, config.checkpoint_every_steps]
+  try:
+    step = start
+    while step < stop_at:
+      n = steps_in_call(step, per_call, next_boundary(step, every=every, last=stop_at))
+      state, m = job.step(n)(state, job.next_batch(n))
+      m = jax.device_get(m)
+      per_step = [m] if n == 1 else [{k: v[i] for k, v in m.items()} for i in range(n)]
+      for m in per_step:
+        done = step + 1
+        if not np.all(m["is_finite"]):
+          members = (f" in members {np.flatnonzero(~np.asarray(m['is_finite'])).tolist()}" if is_ensemble else "")
+          raise FloatingPointError(
+              f"the run diverged at step {done}{members}: non-finite loss, gradient, parameter or BatchNorm statistic "
+              f"(loss={np.asarray(m['loss']).tolist()}, grad_norm={np.asarray(m['grad_norm']).tolist()}, "
+              f"param_norm={np.asarray(m['param_norm']).tolist()}) of {config.variant} in {workdir}. "
+              + _last_good(ckpt))
+        lr = float(schedule(step))
+        window.append(job.flat(m) | {"lr": lr})
+        if bar is not None:
+          bar.update(1)
+          bar.set_postfix(loss=f"{float(np.mean(m['loss'])):.4g}", rmse=f"{float(np.mean(m['rmse'])):.3g}",
+                          lr=f"{lr:.0e}")
+        if done % config.log_every_steps == 0 or done == total_steps:
+          dt = time.perf_counter() - t_window
+          row = {k: float(np.mean([w[k] for w in window])) for k in window[0]}
+          row.update(lr=lr, steps_per_sec=len(window) / dt, epoch=done / spe)
+          writer.write(done, "train", row)
+          window, t_window = [], time.perf_counter()
+        step = done
+      # Validation and checkpoints only after a call's last step: steps_in_call ends calls at their steps.
+      is_epoch_end = done % spe == 0
+      is_eval = is_epoch_end or (config.eval_every_steps > 0 and done % config.eval_every_steps == 0)
+      if is_eval or done == total_steps:
+        try:
+          val, summary = job.validate(state)
+        except FloatingPointError as e:
+          raise FloatingPointError(f"the run diverged at step {done} of {config.variant} in {workdir}: validation: "
+                                   f"{e}. " + _last_good(ckpt)) from e
+        summary = {"step": done, **summary}
+        writer.write(done, "val", val)
+        if bar is not None:
+          bar.write(f"[{config.variant}] step {done}: val " + ", ".join(
+              f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn") if isinstance(val.get(k), float)))
+        if done not in ckpt.all_steps():
+          ckpt.save(done, ts.state_to_tree(state), metadata(done), metrics={"rmse": val["rmse"]}
+                    if isinstance(val.get("rmse"), float) and math.isfinite(val["rmse"]) else None)
+      elif config.checkpoint_every_steps > 0 and done % config.checkpoint_every_steps == 0:
+        ckpt.save(done, ts.state_to_tree(state), metadata(done))
+  finally:
+    if bar is not None:
+      bar.close()
+    ckpt.wait()
+    ckpt.close()
+    writer.close()
+  if is_ensemble and is_main and summary.get("step") == total_steps:
+    ensemble.write_ensemble_eval(summary["rows"], workdir, config.metrics)
+  return summary

@@ -1,0 +1,155 @@
+"""The pure training and evaluation steps: TrainState, optimizer, `train_step`, `eval_step`.
+
+`train_step(state, batch, *, loss_name) -> (state, metrics)` is a pure function; bind the static `loss_name` with
+`functools.partial` and `jax.jit` it. Under `jit` with the batch sharded over a `data` mesh axis and the state
+replicated, it is data-parallel: the loss and the BatchNorm statistics are means over the *global* batch, so
+gradients and statistics equal those of one device on the whole batch (sync BatchNorm, as the reference's
+single-GPU training).
+
+Batches are dicts of NHWC arrays: `sparse` (B, H, W, 1) input depth in metres (0 = missing) and `target`
+(B, H, W, 1) ground-truth depth in metres (0 = no ground truth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from flax.training import train_state
+
+from pncnn_jax import losses
+from pncnn_jax.nn import models
+
+Array = jax.Array
+
+
+class TrainState(train_state.TrainState):
+  """Flax TrainState plus the BatchNorm running statistics (empty dict for NCNN, which has none)."""
+
+  batch_stats: Any = struct.field(default_factory=dict)
+
+
+def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> optax.Schedule:
+  """PyTorch StepLR stepped once per epoch: lr = base_lr * gamma^(epoch // decay_epochs),
+  epoch = step // steps_per_epoch (docs/SPEC.md §11.2: KITTI decays every 5 epochs, NYU every 3)."""
+  return optax.exponential_decay(base_lr, steps_per_epoch * decay_epochs, gamma, staircase=True)
+
+
+def make_optimizer(learning_rate: float | optax.Schedule, clip_norm: float = 0.0) -> optax.GradientTransformation:
+  """Plain Adam as the published models were trained (amsgrad=False, docs/SPEC.md §11.1):
+  betas (0.9, 0.999), eps 1e-8 added after the bias-corrected sqrt(v), no weight decay.
+
+  clip_norm > 0 (a recipe option, not the published training): the gradient g is first scaled to
+  g * min(1, clip_norm / ||g||_2), ||.||_2 over all parameters, so one outlier batch moves Adam's moments by at
+  most that much. clip_norm = 0 is plain Adam with its optimizer state unchanged (checkpoints stay compatible)."""
+  adam = optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+  return optax.chain(optax.clip_by_global_norm(clip_norm), adam) if clip_norm > 0 else adam
+
+
+def create_train_state(model: nn.Module, variables: dict[str, Any], tx: optax.GradientTransformation) -> TrainState:
+  """A TrainState from initial or converted variables ({'params', 'batch_stats'?})."""
+  return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
+                           batch_stats=variables.get("batch_stats", {}))
+
+
+def variables_of(state: TrainState) -> dict[str, Any]:
+  """The model variables held by a state, in `model.apply` form."""
+  if state.batch_stats:
+    return {"params": state.params, "batch_stats": state.batch_stats}
+  return {"params": state.params}
+
+
+def state_to_tree(state: TrainState) -> dict[str, Any]:
+  """What a checkpoint stores: a plain dict (step, params, opt_state, batch_stats if any)."""
+  tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+  if state.batch_stats:
+    tree["batch_stats"] = state.batch_stats
+  return tree
+
+
+def tree_to_state(state: TrainState, tree: Mapping[str, Any]) -> TrainState:
+  """`state` with the arrays of a checkpoint tree (`state_to_tree`)."""
+  return state.replace(step=tree["step"], params=tree["params"], opt_state=tree["opt_state"],
+                       batch_stats=tree.get("batch_stats", state.batch_stats))
+
+
+def loss_and_grads(
+    state: TrainState, params: Any, batch: dict[str, Array], loss_name: str
+) -> tuple[tuple[Array, tuple[models.ModelOutput, Any]], Any]:
+  """Train-mode forward (BatchNorm batch statistics), the loss, and d loss / d params.
+
+  Returns ((loss, (outputs, new_batch_stats)), grads).
+  """
+  loss_fn = losses.get_loss(loss_name)
+
+  def objective(p):
+    variables = {"params": p}
+    if state.batch_stats:
+      variables["batch_stats"] = state.batch_stats
+      out, updates = state.apply_fn(variables, batch["sparse"], train=True, mutable=["batch_stats"])
+      new_stats = updates["batch_stats"]
+    else:
+      out, new_stats = state.apply_fn(variables, batch["sparse"], train=True), {}
+    return loss_fn(out, batch["target"]), (out, new_stats)
+
+  return jax.value_and_grad(objective, has_aux=True)(params)
+
+
+def all_finite(tree: Any) -> Array:
+  """True iff every element of every leaf of `tree` is finite (True for an empty tree)."""
+  return jnp.all(jnp.array([True] + [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+def state_is_finite(state: TrainState) -> Array:
+  """The health check of a state: its parameters, their global L2 norm (which overflows float32 once an element
+  passes ~1e19, where the network's activations overflow too) and its BatchNorm statistics are finite.
+
+  The training loop applies it after every step, before anything is saved, and to the state it resumes from.
+  """
+  return all_finite(state.params) & jnp.isfinite(optax.tree.norm(state.params)) & all_finite(state.batch_stats)
+
+
+def train_step(state: TrainState, batch: dict[str, Array], *, loss_name: str) -> tuple[TrainState, dict[str, Array]]:
+  """One optimisation step: forward in train mode, loss, backward, Adam update, BatchNorm statistics update.
+
+  Metrics (scalars): loss, the loss's batch errors (`losses.get_batch_errors`: depth mae and rmse in metres, from
+  this step's train-mode prediction, before the update, as the reference's training CSV; flow epe and rmse [px]),
+  grad_norm and param_norm (global L2), and is_finite: the loss, the gradients and their norm, and the updated state
+  (`state_is_finite`: parameters, their norm, BatchNorm statistics).
+  """
+  (loss, (out, new_stats)), grads = loss_and_grads(state, state.params, batch, loss_name)
+  new_state = state.apply_gradients(grads=grads, batch_stats=new_stats)
+  grad_norm = optax.tree.norm(grads)
+  metrics = {
+      "loss": loss,
+      "grad_norm": grad_norm,
+      "param_norm": optax.tree.norm(new_state.params),
+      "is_finite": (jnp.isfinite(loss) & all_finite(grads) & jnp.isfinite(grad_norm)
+                    & state_is_finite(new_state)),
+      **losses.get_batch_errors(loss_name)(out.depth, batch["target"]),  # chosen by name, statically
+  }
+  return new_state, metrics
+
+
+def train_steps(state: TrainState, batches: dict[str, Array], *, loss_name: str
+                ) -> tuple[TrainState, dict[str, Array]]:
+  """n optimisation steps in one program: `batches` holds n batches stacked on a leading axis (n, B, H, W, 1);
+  the metrics come back stacked, (n,) each. The same arithmetic as n `train_step` calls.
+
+  The steps are unrolled (`lax.scan` with unroll=n), not looped: XLA:CPU runs convolutions inside a while loop
+  on a far slower path (38 s instead of 2.9 s per pNCNN step at 176x608, batch 4). One program also allocates
+  its working memory once for all n steps, where separate calls fault it in afresh each time (CPU: ~1.5 s of
+  system time per KITTI-size step; docs/BENCHMARKS.md).
+  """
+  n = jax.tree.leaves(batches)[0].shape[0]
+  return jax.lax.scan(lambda s, b: train_step(s, b, loss_name=loss_name), state, batches, unroll=n)
+
+
+def eval_step(state: TrainState, batch: dict[str, Array]) -> models.ModelOutput:
+  """Eval-mode forward (BatchNorm running statistics) on `batch['sparse']`."""
+  return state.apply_fn(variables_of(state), batch["sparse"], train=False)

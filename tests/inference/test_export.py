@@ -1,0 +1,238 @@
+"""`python -m pncnn_jax.export`: the artifacts reproduce `jax.jit(model.apply)`.
+
+A randomly initialised pNCNN (both UNets and the NConvUNet, so every layer kind is in the graph) is saved as a
+model checkpoint and exported at 64x96 through the command-line entry point, as a user would. Checked:
+  * the StableHLO artifact, deserialized and called, equals jit bit for bit (same XLA, same program: there is
+    no reason for a single ulp of difference), at two batch sizes from one artifact (the batch is symbolic);
+  * the ONNX file under onnxruntime (when the `onnx` extra is installed) matches jit within a tolerance derived
+    below;
+  * a shipped name (`--checkpoint synthetic:<name>`, `pncnn_jax.pretrained`) goes through the one loader;
+  * the snippets of docs/deploy/export.md run as written, without importing pncnn_jax;
+  * bad arguments give one line naming the argument and exit status 2.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pncnn_jax import pretrained
+from pncnn_jax.checkpoints import loader
+from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.inference import export
+from pncnn_jax.nn import models
+
+from conftest import REPO
+
+H, W = 64, 96
+VARIANT = "pncnn"
+
+pytestmark = pytest.mark.xdist_group("export")  # one worker compiles the model once for the whole file
+
+
+def _sparse(batch: int, seed: int) -> np.ndarray:
+  """KITTI-like sparse input: ~5 % of pixels hold a depth in [2, 80) m, the rest 0 (no measurement)."""
+  rng = np.random.default_rng(seed)
+  depth = rng.uniform(2.0, 80.0, (batch, H, W, 1))
+  return np.where(rng.uniform(size=depth.shape) < 0.05, depth, 0.0).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+  """(variables, export dir, CLI output) of a random pNCNN exported in both formats when jax2onnx is present."""
+  tmp = tmp_path_factory.mktemp("export")
+  model = models.build_model(VARIANT)
+  variables = models.init_variables(model, jax.random.key(0))
+  # Non-trivial BatchNorm running statistics, so eval mode is really exercised.
+  stats_keys = jax.random.split(jax.random.key(1), len(jax.tree.leaves(variables["batch_stats"])))
+  leaves, tree = jax.tree.flatten(variables["batch_stats"])
+  variables["batch_stats"] = jax.tree.unflatten(
+      tree, [leaf + 0.5 * jax.random.uniform(k, leaf.shape) for leaf, k in zip(leaves, stats_keys)])
+  ckpt = checkpointing.save_variables(tmp / "ckpt", variables, {"variant": VARIANT})
+  try:
+    export._jax2onnx()
+    formats = "stablehlo,onnx"
+  except ImportError:
+    formats = "stablehlo"
+  out = tmp / "exported"
+  rc = export.main(["--checkpoint", ckpt, "--output", str(out), "--height", str(H), "--width", str(W),
+                    "--formats", formats, "--onnx_batch", "2"])
+  assert rc == 0
+  return variables, out, formats
+
+
+def _jit_reference(variables, x, *, weights_as_constants):
+  """jit's outputs: of the exported function itself (the weights as constants, as in the artifact), or of
+  `model.apply` with the weights as arguments (what training and evaluation run)."""
+  model = models.build_model(VARIANT)
+  if weights_as_constants:
+    depth, conf = jax.jit(export.serving_fn(model, variables))(jnp.asarray(x))
+  else:
+    out = jax.jit(lambda v, s: model.apply(v, s, train=False))(variables, jnp.asarray(x))
+    depth, conf = out.depth, out.confidence
+  return np.asarray(depth), np.asarray(conf)
+
+
+def test_stablehlo_artifact_equals_jit_at_two_batch_sizes(exported):
+  variables, out, _ = exported
+  exp = jax.export.deserialize(bytearray((out / export.STABLEHLO_FILE).read_bytes()))
+  (in_aval,) = exp.in_avals
+  assert jax.export.is_symbolic_dim(in_aval.shape[0]) and tuple(in_aval.shape[1:]) == (H, W, 1)
+  assert set(exp.platforms) == {"cpu", "cuda"}
+  for batch, seed in ((1, 0), (3, 1)):
+    x = _sparse(batch, seed)
+    depth, conf = (np.asarray(a) for a in exp.call(x))
+    assert depth.shape == conf.shape == (batch, H, W, 1)
+    # Bit for bit against jit of the same function: the deserialized module is the program jit compiles.
+    ref_depth, ref_conf = _jit_reference(variables, x, weights_as_constants=True)
+    assert np.all(np.isfinite(ref_depth)) and np.all(ref_conf > 0)
+    np.testing.assert_array_equal(depth, ref_depth, err_msg=f"depth, batch {batch}")
+    np.testing.assert_array_equal(conf, ref_conf, err_msg=f"confidence, batch {batch}")
+    # Against jit(model.apply) with the weights as arguments: XLA folds constant weights (softplus of the NConv
+    # kernels, the BatchNorm scale) at compile time and fuses differently, so float32 rounding differs by a few
+    # ulp per layer (measured 2.9e-6 m on depths of ~0.1-80 m): 2e-5 m / 2e-5 relative.
+    arg_depth, arg_conf = _jit_reference(variables, x, weights_as_constants=False)
+    np.testing.assert_allclose(depth, arg_depth, rtol=0, atol=2e-5, err_msg=f"depth, batch {batch}")
+    np.testing.assert_allclose(conf, arg_conf, rtol=2e-5, atol=0, err_msg=f"confidence, batch {batch}")
+  # The batch elements are independent: batch 3 holds three batch-1 results.
+  x = _sparse(3, 1)
+  d3 = np.asarray(exp.call(x)[0])
+  np.testing.assert_array_equal(d3[1:2], np.asarray(exp.call(x[1:2])[0]))
+
+
+def test_sidecar_describes_inputs_and_outputs(exported):
+  _, out, formats = exported
+  meta = json.loads((out / export.SIDECAR_FILE).read_text())
+  assert (meta["variant"], meta["loss"], meta["height"], meta["width"]) == (VARIANT, "gaussian_nll", H, W)
+  assert meta["input"] == {"name": "sparse_depth", "shape": ["B", H, W, 1], "unit": "m",
+                           "meaning": "sparse depth, 0 = no measurement"}
+  assert [(o["name"], o["unit"]) for o in meta["outputs"]] == [("depth", "m"), ("confidence", "1/m^2")]
+  assert sorted(meta["files"]) == sorted(formats.split(","))
+
+
+def test_onnx_matches_jit(exported):
+  pytest.importorskip("jax2onnx")
+  ort = pytest.importorskip("onnxruntime")
+  variables, out, _ = exported
+  session = ort.InferenceSession(str(out / export.ONNX_FILE), providers=["CPUExecutionProvider"])
+  assert [i.name for i in session.get_inputs()] == ["sparse_depth"]
+  assert [o.name for o in session.get_outputs()] == ["depth", "confidence"]
+  x = _sparse(2, 2)
+  depth, conf = session.run(["depth", "confidence"], {"sparse_depth": x})
+  ref_depth, ref_conf = _jit_reference(variables, x, weights_as_constants=True)
+  assert depth.shape == conf.shape == (2, H, W, 1)
+  _assert_onnx_close(depth, conf, ref_depth, ref_conf)
+
+
+def _assert_onnx_close(depth, conf, ref_depth, ref_conf):
+  # The ONNX NConv layers are library convolutions (`export.onnx_tracing`), summed in another order than jit's
+  # fused taps, and onnxruntime's kernels (MLAS) round differently from XLA's: float32 rounding, ~1e-7 relative.
+  # The NConv ratio num / (den + eps) amplifies it where den is tiny (pixels far from any input point, input
+  # confidences down to 1e-18), the same cause that sets the 5 mm parity tolerance against the official PyTorch
+  # code (docs/PARITY.md). Measured at 64x96: random pNCNNs up to 3.2e-4 m (depth) and 2e-7 relative (precision);
+  # the official NCNN-Conf-L1 on a real frame 1.0e-5 m and 1.2e-5 relative (its propagated confidence, down to
+  # 1e-11). Bounds: 1 mm and 1e-4 relative, far below what a wrong layer does (onnxruntime's own Sigmoid, for
+  # one, moved the official model's depths by up to 22 m).
+  np.testing.assert_allclose(depth, ref_depth, rtol=0, atol=1e-3)
+  np.testing.assert_allclose(conf, ref_conf, rtol=1e-4, atol=0)
+
+
+def test_onnx_of_the_official_checkpoint_matches_jit_on_a_real_frame(shared_dir, tmp_path):
+  """The official KITTI NCNN-Conf-L1 (a sigmoid confidence head, confidences down to 1e-18) on a 96x320 crop of
+  a real KITTI frame: the tails of the activations matter here, as they do not for random weights."""
+  pytest.importorskip("jax2onnx")
+  ort = pytest.importorskip("onnxruntime")
+  ckpt = shared_dir / "reference" / "checkpoints" / "kitti_ncnn_conf_l1_checkpoint-9.pth.tar"
+  g = np.load(shared_dir / "reference" / "golden" / "real" / "torch_kitti_image_02__kitti_ncnn_conf_l1.npz")
+  h, w = 96, 320
+  x = np.ascontiguousarray(np.transpose(g["input"], (0, 2, 3, 1))[:, -h:, :w]).astype(np.float32)
+  assert np.mean(x > 0) > 0.03  # LiDAR points in the crop
+  out = tmp_path / "exported"
+  assert export.main(["--checkpoint", str(ckpt), "--output", str(out), "--height", str(h), "--width", str(w),
+                      "--formats", "onnx"]) == 0
+  assert json.loads((out / export.SIDECAR_FILE).read_text())["variant"] == "ncnn_conf_l1"
+  session = ort.InferenceSession(str(out / export.ONNX_FILE), providers=["CPUExecutionProvider"])
+  depth, conf = session.run(["depth", "confidence"], {"sparse_depth": x})
+  loaded = loader.load(ckpt)
+  ref_depth, ref_conf = (np.asarray(a) for a in jax.jit(export.serving_fn(loaded.build_model(), loaded.variables))(x))
+  assert ref_conf.min() < 1e-8  # the regime where onnxruntime's Sigmoid is wrong
+  _assert_onnx_close(depth, conf, ref_depth, ref_conf)
+
+
+def test_shipped_name_exports_through_the_one_loader(exported, tmp_path, monkeypatch):
+  """`--checkpoint synthetic:<name>` loads shipped weights (`pncnn_jax.pretrained`, here a temporary folder
+  standing in for the package's) through `loader.load`: the artifact equals the one of the same weights saved as
+  a checkpoint directory."""
+  variables, out, _ = exported
+  manifest = {"variant": VARIANT, "config": {"variant": VARIANT, "loss": ""}, "step": 1}
+  pretrained.save(jax.tree.map(np.asarray, variables), manifest, tmp_path / "shipped" / "synthetic", "tiny")
+  monkeypatch.setattr(pretrained, "ROOT", tmp_path / "shipped")
+  shipped = tmp_path / "exported"
+  assert export.main(["--checkpoint", "synthetic:tiny", "--output", str(shipped), "--height", str(H),
+                      "--width", str(W), "--formats", "stablehlo"]) == 0
+  meta = json.loads((shipped / export.SIDECAR_FILE).read_text())
+  assert (meta["variant"], meta["loss"], meta["checkpoint"]) == (VARIANT, "gaussian_nll", "synthetic:tiny")
+  x = _sparse(1, 3)
+  got = jax.export.deserialize(bytearray((shipped / export.STABLEHLO_FILE).read_bytes())).call(x)
+  ref = jax.export.deserialize(bytearray((out / export.STABLEHLO_FILE).read_bytes())).call(x)
+  for a, b in zip(got, ref):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _page_blocks() -> list[str]:
+  text = (REPO / "docs" / "deploy" / "export.md").read_text()
+  section = text.split("## Loading the artifacts without pncnn_jax", 1)[1].split("\n## ", 1)[0]
+  return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_deploy_page_snippets_run_without_pncnn_jax(exported):
+  """The deploy page's snippets, run as written from a directory holding `exported/`; pncnn_jax is never imported."""
+  _, out, formats = exported
+  blocks = _page_blocks()
+  assert len(blocks) == 2, "expected a StableHLO and an ONNX snippet"
+  if "onnx" not in formats:
+    blocks = blocks[:1]
+  check = "\nimport sys\nassert 'pncnn_jax' not in sys.modules, 'the snippet imported pncnn_jax'\nprint('OK')\n"
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  for block in blocks:
+    r = subprocess.run([sys.executable, "-c", block + check], cwd=out.parent, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--checkpoint", "/nonexistent/ckpt", "--height", "64", "--width", "96"], "--checkpoint"),
+    (["--height", "4", "--width", "96"], "--height"),
+    (["--height", "64", "--width", "0"], "--width"),
+    (["--height", "64", "--width", "96", "--formats", "tflite"], "--formats"),
+    (["--height", "64", "--width", "96", "--platforms", "gpu"], "--platforms"),
+    (["--height", "64", "--width", "96", "--variant", "pncn"], "--variant"),
+    (["--height", "64", "--width", "96"], "--checkpoint"),  # an empty directory: no checkpoint in it
+    (["--checkpoint", "synthetic:no_such_model", "--height", "64", "--width", "96"], "--checkpoint"),
+])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, args, flag):
+  if "--checkpoint" not in args:
+    args = ["--checkpoint", str(tmp_path)] + args  # exists; must not be read before the arguments are checked
+  r = subprocess.run([sys.executable, "-m", "pncnn_jax.export", "--output", str(tmp_path / "o")] + args,
+                     capture_output=True, text=True, timeout=120, cwd=REPO)
+  assert r.returncode == 2, (r.returncode, r.stderr)
+  err = r.stderr.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: ") and flag in err[0], r.stderr
+  assert not (tmp_path / "o").exists()
+
+
+def test_onnx_activation_forms_are_exact_to_float32_rounding():
+  """The sigmoid and softplus written out for ONNX (`export.onnx_tracing`) against float64 references, down to
+  the tails where the official models' input confidences live (1e-25 and below)."""
+  x = np.linspace(-87.0, 30.0, 20001).astype(np.float32)
+  x64 = x.astype(np.float64)
+  for fn, exact in ((export._sigmoid_for_onnx, 1 / (1 + np.exp(-x64))),
+                    (export._softplus_for_onnx, np.logaddexp(x64, 0.0))):
+    got = np.asarray(jax.jit(fn)(x), np.float64)
+    np.testing.assert_allclose(got, exact, rtol=5e-7, atol=0, err_msg=fn.__name__)

@@ -1,0 +1,239 @@
+"""Two processes on localhost (CPU collectives through gloo) train as one: the same result as a single process.
+
+The run: train.py in 2 processes of 1 host device each (`--coordinator_address/--num_processes/--process_id`),
+8 steps of the NCNN variant on 32x64 random synthetic crops, global batch 4 (2 rows per process, each read by
+its own process), a checkpoint every 2 steps, validation after steps 4 and 8 on 5 scenes in global batches of 2
+(the last one has a row on process 0 only). Process 1 is killed after the checkpoint of step 4 while process 0
+waits for it in step 5; both are started again and resume from step 4. The checkpoints it writes load in one
+process, and the one of step 4 resumed by one process also ends where the single-process run ends.
+
+The reference: the same config in this (single) process on 2 host devices, hence the same 2-way SPMD program.
+Equality is exact, not approximate: each device computes the same program on the same 2 rows (the pipeline puts
+global row r on the same device whatever the process count), and the cross-device reductions (loss, gradients,
+statistics) add 2 partial results, a + b = b + a in IEEE arithmetic whatever the order of the operands.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from pncnn_jax import from_config
+from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.runtime import distributed
+from pncnn_jax.training import loop as train
+
+from conftest import REPO
+
+CONFIG = "configs/synthetic.py:ncnn"
+OVERRIDES = {
+    "data.train_crop": "random", "data.train_crop_height": 32, "data.train_crop_width": 64,
+    "data.eval_crop_height": 32, "data.eval_crop_width": 64, "data.synthetic_size": 64,
+    "data.eval_synthetic_size": 5, "data.num_threads": 1, "batch_size": 4, "eval_batch_size": 2,
+    "steps_per_epoch": 4, "num_epochs": 2, "log_every_steps": 2, "checkpoint_every_steps": 2, "max_to_keep": 5,
+    "progress_bar": False,
+}
+KILL_AFTER = 4  # the checkpoint after which process 1 is killed
+# Process 1 of the first launch stops after saving the checkpoint of step KILL_AFTER (so that the kill lands
+# after a complete checkpoint and before the end of the run, whatever the machine's speed), then train.py runs.
+_WORKER = r"""
+import os, pathlib, runpy, sys, time
+stall = int(os.environ.get("PNCNN_TEST_STALL_AT", "0"))
+if stall:
+  from pncnn_jax.checkpoints import manager as checkpointing
+  save = checkpointing.Checkpointer.save
+  def save_then_stall(self, step, *args, **kwargs):
+    save(self, step, *args, **kwargs)
+    if step == stall:
+      self.wait()
+      pathlib.Path(os.environ["PNCNN_TEST_STALL_FILE"]).touch()
+      time.sleep(3600)
+  checkpointing.Checkpointer.save = save_then_stall
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.fixture
+def launched():
+  """The processes a test starts; whatever happens, none outlives the test (killed, then reaped)."""
+  procs: list[subprocess.Popen] = []
+  yield procs
+  for p in procs:
+    if p.poll() is None:
+      p.kill()
+    p.wait()
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _launch(launched, workdir, log_dir, tag, stall_file=None) -> list[subprocess.Popen]:
+  """Starts the 2 processes of train.py on a fresh port; their stdout/stderr go to `log_dir/<tag>.<i>.{out,err}`."""
+  port = _free_port()
+  args = [f"--config={CONFIG}", f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in OVERRIDES.items()),
+          f"--coordinator_address=localhost:{port}", "--num_processes=2"]
+  procs = []
+  for i in range(2):
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", PNCNN_NO_HUGEPAGES="1",
+               XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               JAX_COMPILATION_CACHE_DIR=str(REPO / ".jax_cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+    if stall_file is not None and i == 1:
+      env.update(PNCNN_TEST_STALL_AT=str(KILL_AFTER), PNCNN_TEST_STALL_FILE=str(stall_file))
+    out, err = (open(log_dir / f"{tag}.{i}.{s}", "w") for s in ("out", "err"))  # pylint: disable=consider-using-with
+    procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, *args, f"--process_id={i}"], cwd=REPO, env=env,
+                                  stdout=out, stderr=err))
+  launched.extend(procs)
+  return procs
+
+
+def _log(log_dir, tag, i, stream="err") -> str:
+  return (log_dir / f"{tag}.{i}.{stream}").read_text()
+
+
+def _wait_all(procs, log_dir, tag, timeout):
+  deadline = time.monotonic() + timeout
+  try:
+    for p in procs:
+      p.wait(timeout=max(1.0, deadline - time.monotonic()))
+  except subprocess.TimeoutExpired:
+    for p in procs:
+      p.kill()
+    pytest.fail(f"{tag}: timed out after {timeout} s; process 0 stderr:\n{_log(log_dir, tag, 0)[-3000:]}")
+  for i, p in enumerate(procs):
+    assert p.returncode == 0, f"{tag}: process {i} exited with {p.returncode}:\n{_log(log_dir, tag, i)[-3000:]}"
+
+
+def _rows(workdir) -> dict[tuple[int, str], dict]:
+  rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  keyed = {(r["step"], r["split"]): r for r in rows}
+  assert len(keyed) == len(rows), f"a (step, split) row written twice: {[(r['step'], r['split']) for r in rows]}"
+  return keyed
+
+
+def _reference(workdir):
+  config = from_config.load_config(f"{REPO}/{CONFIG}")
+  for key, value in OVERRIDES.items():
+    *path, last = key.split(".")
+    node = config
+    for p in path:
+      node = node[p]
+    node[last] = value
+  assert jax.device_count() == 2, "conftest forces 2 host devices"
+  return train.train_and_evaluate(config, workdir)
+
+
+def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
+  logs, ref_dir, mp_dir = tmp_path / "logs", tmp_path / "ref", tmp_path / "mp"
+  logs.mkdir()
+  stall_file = tmp_path / "stalled"
+  t0 = time.monotonic()
+  first = _launch(launched, mp_dir, logs, "first", stall_file)
+  ref = _reference(ref_dir)  # meanwhile, the single-process run
+  deadline = time.monotonic() + 300
+  while not (stall_file.exists() and (mp_dir / "checkpoints" / str(KILL_AFTER)).is_dir()):
+    assert time.monotonic() < deadline and all(p.poll() is None for p in first), (
+        f"no checkpoint {KILL_AFTER}; process 0:\n{_log(logs, 'first', 0)[-3000:]}")
+    time.sleep(0.2)
+  time.sleep(1.0)  # process 0 is inside step 5 now, waiting for process 1
+  first[1].send_signal(signal.SIGKILL)
+  first[1].wait()
+  t_kill = time.monotonic()
+  try:  # a launcher (srun, a TPU pod) ends the job when one process dies; so does the test
+    first[0].wait(timeout=10)
+    survivor = f"exited by itself with status {first[0].returncode} after {time.monotonic() - t_kill:.1f} s"
+  except subprocess.TimeoutExpired:
+    first[0].kill()
+    first[0].wait()
+    survivor = "still waiting after 10 s: killed"
+  print(f"process 0, when process 1 was killed in step {KILL_AFTER + 1}: {survivor}")
+  assert first[1].returncode == -signal.SIGKILL
+  steps = checkpointing.Checkpointer(mp_dir, read_only=True).all_steps()
+  assert steps == [2, 4], steps
+  assert "final validation" not in _log(logs, "first", 0, "out")
+  t_killed = time.monotonic()
+
+  second = _launch(launched, mp_dir, logs, "second")
+  _wait_all(second, logs, "second", timeout=300)
+  t_end = time.monotonic()
+  print(f"first launch + reference {t_killed - t0:.1f} s, resumed launch {t_end - t_killed:.1f} s")
+  for i in range(2):
+    assert f"resumed from step {KILL_AFTER}" in _log(logs, "second", i)
+  assert "final validation (step 8)" in _log(logs, "second", 0, "out")
+  assert "final validation" not in _log(logs, "second", 1, "out")  # process 0 reports, process 1 does not
+
+  # One run's files: the same config, every metrics row once (process 0 writes them), the same checkpoints.
+  assert json.loads((mp_dir / "config.json").read_text()) == json.loads((ref_dir / "config.json").read_text())
+  ref_rows, mp_rows = _rows(ref_dir), _rows(mp_dir)
+  assert sorted(mp_rows) == sorted(ref_rows) == sorted([(s, "train") for s in (2, 4, 6, 8)] + [(4, "val"), (8, "val")])
+  for key, want in ref_rows.items():
+    got = mp_rows[key]
+    assert set(got) == set(want)
+    for name in set(want) - {"time", "steps_per_sec"}:
+      assert got[name] == want[name], (key, name, got[name], want[name])  # exact: see the module docstring
+  assert ref["step"] == 8 and ref["val"]["rmse"] == mp_rows[(8, "val")]["rmse"]
+  mp_ckpt, ref_ckpt = (checkpointing.Checkpointer(d, read_only=True) for d in (mp_dir, ref_dir))
+  assert mp_ckpt.all_steps() == ref_ckpt.all_steps() == [2, 4, 6, 8]
+  assert not [p.name for p in (mp_dir / "checkpoints").iterdir() if "tmp" in p.name]
+  # The multi-process checkpoint, read by this one process as saved (eval.py, predict): parameters, Adam's moments,
+  # step and data position equal the single-process run's.
+  (mp_state, mp_meta), (ref_state, ref_meta) = mp_ckpt.restore(8), ref_ckpt.restore(8)
+  assert mp_meta["data_iterator"] == ref_meta["data_iterator"] == {"next_index": 8}
+  leaves = jax.tree.leaves_with_path(ref_state)
+  assert len(leaves) == len(jax.tree.leaves(mp_state)) > 10
+  for (path, want), got in zip(leaves, jax.tree.leaves(mp_state)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
+  # ... and resumes there: the checkpoint of step 4 of the 2 processes, continued by this process alone.
+  one_dir = tmp_path / "resumed_alone"
+  shutil.copytree(mp_dir / "checkpoints" / str(KILL_AFTER), one_dir / "checkpoints" / str(KILL_AFTER))
+  assert _reference(one_dir)["step"] == 8
+  one_state, _ = checkpointing.Checkpointer(one_dir, read_only=True).restore(8)
+  for got, want in zip(jax.tree.leaves(one_state), jax.tree.leaves(ref_state), strict=True):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  variables, meta = checkpointing.restore_variables(mp_dir, step=8)
+  assert meta["step"] == 8
+  for got, want in zip(jax.tree.leaves(variables), jax.tree.leaves(ref_state["params"]), strict=True):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_flags_and_environment_resolve_to_one_setting():
+  assert distributed.resolve(environ={}) is None  # a single-process run
+  assert distributed.resolve("host:123", 2, 1, environ={}) == ("host:123", 2, 1)
+  env = {"JAX_COORDINATOR_ADDRESS": "h0:9", "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3"}
+  assert distributed.resolve(environ=env) == ("h0:9", 4, 3)
+  assert distributed.resolve(None, None, 0, environ=env) == ("h0:9", 4, 0)  # a flag wins over its variable
+  for args, message in [(("h:1", 2, None), "--coordinator_address, --num_processes given without --process_id"),
+                        ((None, 2, 0), "without --coordinator_address"),
+                        (("h", 2, 0), "--coordinator_address='h': must be HOST:PORT"),
+                        (("h:1", 0, 0), "--num_processes=0: must be >= 1"),
+                        (("h:1", 2, 2), r"--process_id=2: must be in 0 \.\. 1")]:
+    with pytest.raises(ValueError, match=message):
+      distributed.resolve(*args, environ={})
+  with pytest.raises(ValueError, match=r"\$JAX_PROCESS_ID='x': must be an integer"):
+    distributed.resolve(environ=dict(env, JAX_PROCESS_ID="x"))
+  # --multihost: what is missing comes from jax's cluster detection (SLURM, Open MPI, Cloud TPU)
+  assert distributed.resolve("h:1", None, None, environ={}, partial=True) == ("h:1", None, None)
+  with pytest.raises(ValueError, match="--process_id=-1: must be in"):
+    distributed.resolve(None, None, -1, environ={}, partial=True)
+
+
+def test_train_cli_names_a_missing_flag():
+  r = subprocess.run([sys.executable, "train.py", f"--config={CONFIG}", "--workdir=unused", "--num_processes=2",
+                      "--process_id=0"], cwd=REPO, env=dict(os.environ, PNCNN_NO_HUGEPAGES="1"),
+                     capture_output=True, text=True, timeout=300, check=False)
+  assert r.returncode == 2, r.stderr[-2000:]
+  assert r.stderr.strip().splitlines()[-1] == (
+      "error: --num_processes, --process_id given without --coordinator_address: a multi-process run needs all "
+      "three (or --multihost, in a SLURM, Open MPI or Cloud TPU job)")
+  assert not (REPO / "unused").exists()
