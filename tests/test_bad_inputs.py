@@ -194,7 +194,7 @@ def test_predict_refuses_a_variant_the_checkpoint_contradicts(run_dir, inputs, t
 
 def test_crafted_stride_zero_tensor(tmp_path, monkeypatch):
   """A crafted tensor with stride 0 and an absurd size failed with "Unable to allocate 364 TiB"."""
-  from test_convert import write_crafted_stride_zero  # pylint: disable=g-import-not-at-top
+  from torch_fakes import write_crafted_stride_zero  # pylint: disable=g-import-not-at-top
   f = tmp_path / "crafted.pth.tar"
   write_crafted_stride_zero(f, monkeypatch)
   before = digest(f)

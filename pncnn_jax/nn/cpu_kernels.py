@@ -17,6 +17,8 @@ differs); tests/nn/test_cpu_kernels.py ties each to it. Timings: docs/BENCHMARKS
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 from collections.abc import Sequence
@@ -80,15 +82,48 @@ def _taps_bwd(res, g):
 
 _taps_conv_fast_fwd.defvjp(_taps_fwd, _taps_bwd)
 
-# Layers with at most this many (C_in * C_out) channel pairs use the fused-taps forward (all NConvUNet layers).
+# Layers with at most this many (C_in * C_out) channel pairs use the fused-taps forward (all NConvUNet layers) ...
 TAPS_MAX_CHANNEL_PAIRS = 8
+# ... in frames of at least this many pixels (H*W of one image; an NConvUNet decides once for all its layers,
+# `frame`). Below it the library convolution: the fused sum unrolls kh*kw*C_in*C_out slices, which XLA:CPU compiles
+# slowly, while small frames gain little from it (NCNN's training step, batch 4 at 32x64: 6.0 s to compile and
+# 11.7 ms a step with the taps, 2.9 s and 16.9 ms without; AMD EPYC, 2 cores, jax 0.12.0.1). Every recipe's
+# training crop (64x320 and up) and evaluation frame is above it; so are KITTI and NYU frames. The size of one
+# image, not of the batch: `jax.export` with a symbolic batch and jit at any batch size compile the same program.
+TAPS_FWD_MIN_FRAME_PIXELS = 16384
 # ... and, from this many pixels (B*H*W of the layer's input), the fused-taps input gradient.
 TAPS_DGRAD_MIN_PIXELS = 65536
 
+_frame_taps: contextvars.ContextVar[bool | None] = contextvars.ContextVar("pncnn_jax_frame_taps", default=None)
+
+
+def _taps_for(height, width) -> bool:
+  if export.is_symbolic_dim(height) or export.is_symbolic_dim(width):
+    return True
+  return height * width >= TAPS_FWD_MIN_FRAME_PIXELS
+
+
+@contextlib.contextmanager
+def frame(height, width):
+  """Within it (at trace time), every `nconv_conv` takes the convolution path of a (height x width) frame: the fused
+  taps from TAPS_FWD_MIN_FRAME_PIXELS pixels on, else the library's. NConvUNet wraps its layers in it, so that
+  its downsampled scales follow the frame, not their own sizes."""
+  token = _frame_taps.set(_taps_for(height, width))
+  try:
+    yield
+  finally:
+    _frame_taps.reset(token)
+
 
 def nconv_conv(a: Array, w: Array, precision) -> Array:
-  """Stride-1 cross-correlation with symmetric zero padding (kh-1)/2: (B,H,W,C_in) x HWIO -> (B,H,W,C_out)."""
-  if w.shape[2] * w.shape[3] <= TAPS_MAX_CHANNEL_PAIRS and precision == NCONV_PRECISION:
+  """Stride-1 cross-correlation with symmetric zero padding (kh-1)/2: (B,H,W,C_in) x HWIO -> (B,H,W,C_out).
+
+  The fused-taps forward for narrow layers at float32 precision in large frames (`frame`; outside one, by this
+  layer's own H*W), else the library convolution; both compute `conv.same_conv` to float32 rounding."""
+  taps = _frame_taps.get()
+  if taps is None:
+    taps = _taps_for(a.shape[1], a.shape[2])
+  if taps and w.shape[2] * w.shape[3] <= TAPS_MAX_CHANNEL_PAIRS and precision == NCONV_PRECISION:
     return _taps_conv_fast_fwd(a, w)
   return _lax_same_conv(a, w, precision)
 

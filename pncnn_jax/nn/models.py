@@ -114,14 +114,15 @@ class NConvUNet(nn.Module):
     def up(a, like):
       return layers.nearest_upsample(a, like.shape[1:3])
 
-    x1, c1 = run(nconv3, *run(nconv2, *run(nconv1, x0, c0)))
-    x2, c2 = run(nconv3, *run(nconv2, *layers.confidence_downsample(x1, c1)))
-    x3, c3 = run(nconv2, *layers.confidence_downsample(x2, c2))
-    x4, c4 = run(nconv2, *layers.confidence_downsample(x3, c3))
-    x34, c34 = run(nconv4, cat(x3, up(x4, x3)), cat(c3, up(c4, c3)))
-    x23, c23 = run(nconv5, cat(x2, up(x34, x2)), cat(c2, up(c34, c2)))
-    xo, co = run(nconv6, cat(up(x23, x0), x1), cat(up(c23, c0), c1))
-    return run(nconv7, xo, co)
+    with cpu_kernels.frame(x0.shape[1], x0.shape[2]):  # one convolution path for all layers, by the frame's size
+      x1, c1 = run(nconv3, *run(nconv2, *run(nconv1, x0, c0)))
+      x2, c2 = run(nconv3, *run(nconv2, *layers.confidence_downsample(x1, c1)))
+      x3, c3 = run(nconv2, *layers.confidence_downsample(x2, c2))
+      x4, c4 = run(nconv2, *layers.confidence_downsample(x3, c3))
+      x34, c34 = run(nconv4, cat(x3, up(x4, x3)), cat(c3, up(c4, c3)))
+      x23, c23 = run(nconv5, cat(x2, up(x34, x2)), cat(c2, up(c34, c2)))
+      xo, co = run(nconv6, cat(up(x23, x0), x1), cat(up(c23, c0), c1))
+      return run(nconv7, xo, co)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -5,13 +5,11 @@ golden/checkpoints_info.json (args, epoch, sha256 recorded by the reference), do
 """
 
 import collections
-import io
 import json
 import os
 import pickle
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import zipfile
@@ -20,6 +18,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from torch_fakes import (
+  _fake_torch_modules,
+  _FakeStorage,
+  _FakeTensor,
+  _legacy_file,
+  _module,
+  _write_legacy,
+  write_crafted_stride_zero,
+)
 
 from pncnn_jax.checkpoints import convert
 from pncnn_jax.checkpoints import manager as checkpointing
@@ -228,12 +235,6 @@ def test_variant_mismatch_is_refused(shared_dir):
     convert.load_official(ckpt_path("kitti_ncnn_conf_l1"), variant="resnet50")
 
 
-def _legacy_file(main_pickle: bytes, keys=()) -> bytes:
-  head = b"".join(pickle.dumps(o, protocol=2) for o in (
-      0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True, "type_sizes": {}}))
-  return head + main_pickle + pickle.dumps(list(keys), protocol=2)
-
-
 class _Evil:
   def __init__(self, marker):
     self.marker = marker
@@ -359,54 +360,6 @@ def test_cli_entry_point(shared_dir, tmp_path):
 # A legacy file written here with stand-in torch classes: storage offsets, strides and shared storages.
 
 
-def _fake_torch_modules(monkeypatch):
-  """Registers importable stand-ins so that pickle writes the same globals torch.save does."""
-  import types
-
-  mods = {name: types.ModuleType(name) for name in ("torch", "torch._utils", "network", "common", "common.nconv")}
-
-  def _rebuild_tensor_v2(*args):
-    raise AssertionError("never called here")
-
-  _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
-  mods["torch._utils"]._rebuild_tensor_v2 = _rebuild_tensor_v2
-  for mod, cls in [("torch", "FloatStorage"), ("network", "CNN"), ("common.nconv", "NConvUNet"),
-                   ("common.nconv", "NConv2d")]:
-    setattr(mods[mod], cls, type(cls, (), {"__module__": mod}))
-  for name, m in mods.items():
-    monkeypatch.setitem(sys.modules, name, m)
-  return mods
-
-
-class _FakeStorage:
-  def __init__(self, key, data):
-    self.key, self.data = key, np.ascontiguousarray(data, np.float32)
-
-
-class _FakeTensor:
-  def __init__(self, storage, offset, size, stride):
-    self.args = (storage, offset, tuple(size), tuple(stride), False, {})
-
-  def __reduce__(self):
-    return (sys.modules["torch._utils"]._rebuild_tensor_v2, self.args)
-
-
-def _write_legacy(path, obj, storages, mods):
-  buf = io.BytesIO()
-  pickler = pickle.Pickler(buf, protocol=2)
-  pickler.persistent_id = lambda o: (("storage", mods["torch"].FloatStorage, o.key, "cpu", o.data.size, None)
-                                     if isinstance(o, _FakeStorage) else None)
-  pickler.dump(obj)
-  tail = b"".join(struct.pack("<q", s.data.size) + s.data.tobytes() for s in storages)
-  path.write_bytes(_legacy_file(buf.getvalue(), [s.key for s in storages]) + tail)
-
-
-def _module(cls, **attrs):
-  m = cls()
-  m.__dict__.update({"training": False, "_parameters": collections.OrderedDict(), "_buffers": collections.OrderedDict(),
-                     "_modules": collections.OrderedDict(), **attrs})
-  return m
-
 
 def test_legacy_reader_geometry(tmp_path, monkeypatch):
   """All 14 NConvUNet tensors live in ONE storage at offsets; weight_p of nconv4 is a transposed (strided) view."""
@@ -454,16 +407,6 @@ def test_legacy_reader_geometry(tmp_path, monkeypatch):
   with pytest.raises(convert.CheckpointFormatError, match=r"exceeds its storage"):
     convert.read_torch_legacy(f)
 
-
-def write_crafted_stride_zero(path, monkeypatch):
-  """A legacy checkpoint whose one tensor claims 2^45 elements (128 TiB of float32) over a 4-element storage by
-  stride 0: the reader used to materialise it ("Unable to allocate 364 TiB")."""
-  mods = _fake_torch_modules(monkeypatch)
-  storage = _FakeStorage("1", np.arange(4, dtype=np.float32))
-  model = _module(mods["network"].CNN)
-  model._parameters["w"] = _FakeTensor(storage, 0, (1 << 15,) * 3, (0, 0, 0))
-  _write_legacy(path, {"args": None, "epoch": 1, "model": model}, [storage], mods)
-  monkeypatch.undo()
 
 
 def test_stride_zero_tensor_is_refused_without_allocating(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ def test_fused_taps_forward_equals_the_reference(shape, taps_dgrad, monkeypatch)
   """The NConv layers' shapes (all of NConvUNet): the taps path is taken and agrees with lax, values and grads;
   the input gradient is the fused taps' from TAPS_DGRAD_MIN_PIXELS pixels on, the library's below."""
   assert shape[2] * shape[3] <= cpu_kernels.TAPS_MAX_CHANNEL_PAIRS
+  monkeypatch.setattr(cpu_kernels, "TAPS_FWD_MIN_FRAME_PIXELS", 11 * 17)  # this size takes the taps forward
   monkeypatch.setattr(cpu_kernels, "TAPS_DGRAD_MIN_PIXELS", 0 if taps_dgrad else 3 * 11 * 17 + 1)
   a, w = _rand(0, (3, 11, 17, shape[2]), 0, 2), _rand(1, shape, 0, 1)
   y, vjp = jax.vjp(lambda a_, w_: cpu_kernels.nconv_conv(a_, w_, HI), a, w)
@@ -39,6 +40,42 @@ def test_fused_taps_forward_equals_the_reference(shape, taps_dgrad, monkeypatch)
   else:
     np.testing.assert_array_equal(da, da_ref)
   np.testing.assert_array_equal(dw, dw_ref)
+
+
+def test_small_frames_take_the_library_forward(monkeypatch):
+  """Below TAPS_FWD_MIN_FRAME_PIXELS the library convolution, exactly; from it on the taps (their own sum order).
+  Inside `frame` the frame decides, not the layer's own size; the batch size never does."""
+  a, w = _rand(0, (2, 16, 32, 1), 0, 2), _rand(1, (5, 5, 1, 2), 0, 1)
+  ref = conv.same_conv(a, w, HI)
+  monkeypatch.setattr(cpu_kernels, "TAPS_FWD_MIN_FRAME_PIXELS", 16 * 32 + 1)
+  np.testing.assert_array_equal(cpu_kernels.nconv_conv(a, w, HI), ref)
+  with cpu_kernels.frame(32, 64):  # a 2x larger frame: this layer is one of its downsampled scales
+    taps = cpu_kernels.nconv_conv(a, w, HI)
+  assert not np.array_equal(taps, ref)
+  np.testing.assert_allclose(taps, ref, rtol=1e-5, atol=1e-5)
+  monkeypatch.setattr(cpu_kernels, "TAPS_FWD_MIN_FRAME_PIXELS", 16 * 32)
+  np.testing.assert_array_equal(cpu_kernels.nconv_conv(a, w, HI), taps)
+  np.testing.assert_array_equal(cpu_kernels.nconv_conv(a[:1], w, HI), taps[:1])  # batch 1: the same path
+  with cpu_kernels.frame(8, 8):
+    np.testing.assert_array_equal(cpu_kernels.nconv_conv(a, w, HI), ref)
+
+
+def test_an_nconvunet_takes_one_path_at_all_scales(monkeypatch):
+  """The frame decides for every layer of the network: its output equals the all-library network's exactly below
+  the threshold, and differs (rounding) from it above, where the downsampled scales are smaller than the threshold."""
+  net = models.NConvUNet()
+  x = _rand(0, (1, 32, 32, 1), 0, 10)
+  c = (x > 5).astype(jnp.float32)
+  v = net.init(jax.random.key(0), x, c)
+  monkeypatch.setattr(cpu_kernels, "TAPS_MAX_CHANNEL_PAIRS", 0)  # the library everywhere
+  ref = net.apply(v, x, c)[0]
+  monkeypatch.setattr(cpu_kernels, "TAPS_MAX_CHANNEL_PAIRS", 8)
+  monkeypatch.setattr(cpu_kernels, "TAPS_FWD_MIN_FRAME_PIXELS", 32 * 32 + 1)
+  np.testing.assert_array_equal(net.apply(v, x, c)[0], ref)
+  monkeypatch.setattr(cpu_kernels, "TAPS_FWD_MIN_FRAME_PIXELS", 32 * 32)  # the 4x4 scale too, not only 32x32
+  out = net.apply(v, x, c)[0]
+  assert not np.array_equal(out, ref)
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_wide_or_low_precision_nconv_takes_the_reference():
