@@ -16,10 +16,7 @@ Sparse depth in metres in; dense depth in metres and a per-pixel uncertainty out
 The names below are imported when first used, so `import pncnn_jax` stays cheap (no jax until then).
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+from pncnn_jax.runtime.alias import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -39,15 +36,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-  if name in _EXPORTS:
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-  raise AttributeError(f"module 'pncnn_jax' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-  return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -36,8 +36,8 @@ ALIASES = {"layers": "nn.layers", "predict": "inference.predict", "export": "inf
 MAX_MODULES_PER_FOLDER = 12  # past this, a concern wants a folder of its own
 
 
-def _module_name(path: pathlib.Path) -> str:
-  rel = path.relative_to(PACKAGE).with_suffix("")
+def _module_name(path: pathlib.Path, package: pathlib.Path = PACKAGE) -> str:
+  rel = path.relative_to(package).with_suffix("")
   parts = list(rel.parts)
   if parts[-1] == "__init__":
     parts = parts[:-1]
@@ -61,38 +61,33 @@ def import_graph(package: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
   """{module: the pncnn_jax modules importing it runs}, names relative to the package ('data.io', 'nn', ...).
 
   An import of 'a.b.c' from outside folder 'a' also runs the package inits 'a' and 'a.b', which count."""
-  global PACKAGE
-  saved, PACKAGE = PACKAGE, package
-  try:
-    modules = {_module_name(p): p for p in package.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-      tree = ast.parse(path.read_text())
-      targets = []
-      for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-          targets += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-          # `from pncnn_jax.a import x` depends on the submodule a.x when there is one, else on a itself.
-          targets += [f"{node.module}.{a.name}" if _relative(f"{node.module}.{a.name}") in modules else node.module
-                      for a in node.names]
-      deps = set()
-      alias_target = _alias_target(tree)
-      rels = [_relative(t) for t in targets] + ([alias_target] if alias_target else [])
-      for t in rels:
-        if t is None or t not in modules:
-          continue
-        parts = t.split(".") if t else []
-        for k in range(1, len(parts)):  # the package inits the import runs, outside the importer's own package
-          init = ".".join(parts[:k])
-          if init in modules and not (name == init or name.startswith(init + ".")):
-            deps.add(init)
-        deps.add(t)
-      deps.discard(name)
-      graph[name] = deps
-    return graph
-  finally:
-    PACKAGE = saved
+  modules = {_module_name(p, package): p for p in package.rglob("*.py")}
+  graph: dict[str, set[str]] = {}
+  for name, path in modules.items():
+    tree = ast.parse(path.read_text())
+    targets = []
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        targets += [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        # `from pncnn_jax.a import x` depends on the submodule a.x when there is one, else on a itself.
+        targets += [f"{node.module}.{a.name}" if _relative(f"{node.module}.{a.name}") in modules else node.module
+                    for a in node.names]
+    deps = set()
+    alias_target = _alias_target(tree)
+    rels = [_relative(t) for t in targets] + ([alias_target] if alias_target else [])
+    for t in rels:
+      if t is None or t not in modules:
+        continue
+      parts = t.split(".") if t else []
+      for k in range(1, len(parts)):  # the package inits the import runs, outside the importer's own package
+        init = ".".join(parts[:k])
+        if init in modules and not (name == init or name.startswith(init + ".")):
+          deps.add(init)
+      deps.add(t)
+    deps.discard(name)
+    graph[name] = deps
+  return graph
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
