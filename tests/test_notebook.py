@@ -20,7 +20,7 @@ import pytest
 
 from pncnn_jax import pretrained
 
-from conftest import GOLDEN, REPO, SHARED, load_npz
+from conftest import GOLDEN, REPO, SHARED, TEST_XLA_FLAGS, load_npz
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -62,7 +62,7 @@ def _execute(tmp_path: pathlib.Path, env_extra: dict[str, str], keep_tags=None, 
       "PNCNN_NOTEBOOK_SHORT": "1",
       "PNCNN_SHARED": str(SHARED),
       "PNCNN_NOTEBOOK_OUT": str(tmp_path / "out"),
-      "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+      "XLA_FLAGS": TEST_XLA_FLAGS,
       "JAX_PLATFORMS": "cpu",
       # The test suite's persistent compilation cache (tests/conftest.py): reruns skip most compiling.
       "JAX_COMPILATION_CACHE_DIR": str(REPO / ".jax_cache"),

@@ -37,24 +37,34 @@ Array = jax.Array
 # The NConv layers: fused-taps forward.
 
 def _taps_same_conv(a: Array, w: Array) -> Array:
-  """The same convolution as a fused sum of kh*kw*C_in*C_out shifted, scaled slices (float32 FMAs).
+  """The same convolution as a sum of kh*kw*C_in*C_out shifted, scaled slices (float32 FMAs), one kernel row at a
+  time.
 
-  For the 1-4 channel NConv layers this is 2-20x faster than a library convolution on CPU, where those are
-  tuned for wide channels; XLA fuses the whole sum into one loop per output channel.
+    out[..., o] = sum_i ( sum_j sum_c a_pad[:, i:i+H, j:j+W, c] * w[i, j, c, o] )      i = 0 .. kh-1 in a loop
+
+  For the 1-4 channel NConv layers this is 2-20x faster than a library convolution on CPU, where those are tuned
+  for wide channels. The kernel rows run in a `fori_loop` (the row's kw*C_in*C_out slices unrolled, fused into one
+  pass over the frame): unrolling all kh*kw*C_in*C_out slices compiled 1.5-2.4x slower (XLA:CPU, a 5x5 kernel
+  unrolls 100 slices per 2-channel layer) and ran no faster (docs/BENCHMARKS.md, 'Cold start').
   """
   kh, kw, ci, co = w.shape
   _, h, wd, _ = a.shape
   ap = jnp.pad(a, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
-  outs = []
-  for o in range(co):
-    acc = None
-    for i in range(kh):
+
+  def kernel_row(i, acc):
+    rows = lax.dynamic_slice_in_dim(ap, i, h, axis=1)  # (B, H, W + kw - 1, C_in)
+    wi = lax.dynamic_index_in_dim(w, i, 0, keepdims=False)  # (kw, C_in, C_out)
+    outs = []
+    for o in range(co):
+      row_sum = None
       for j in range(kw):
         for c in range(ci):
-          term = ap[:, i:i + h, j:j + wd, c] * w[i, j, c, o]
-          acc = term if acc is None else acc + term
-    outs.append(acc)
-  return jnp.stack(outs, axis=-1)
+          term = rows[:, :, j:j + wd, c] * wi[j, c, o]
+          row_sum = term if row_sum is None else row_sum + term
+      outs.append(row_sum)
+    return acc + jnp.stack(outs, axis=-1)
+
+  return lax.fori_loop(0, kh, kernel_row, jnp.zeros((*a.shape[:3], co), a.dtype))
 
 
 @jax.custom_vjp
