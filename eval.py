@@ -8,6 +8,7 @@ velodyne_raw/groundtruth PNG pairs found under a directory (bottom 352x1216 crop
 Evaluation never builds the training pipeline.
 """
 
+import os
 import pathlib
 import sys
 
@@ -27,6 +28,8 @@ _OUTPUT = flags.DEFINE_string("output", None, "report directory (default: <workd
 _PAIRS_DIR = flags.DEFINE_string("pairs_dir", None, "evaluate the KITTI PNG pairs under this directory instead")
 _ALLOW_MISMATCH = flags.DEFINE_bool("allow_mismatch", False, "evaluate a checkpoint trained on another dataset, "
                                     "variant, loss or input scaling than --config says (refused otherwise)")
+_ALLOW_FALLBACK = flags.DEFINE_bool("allow_fallback", False, "--checkpoint best/latest: evaluate the newest intact "
+                                    "step of the run when that one cannot be restored (a truncated or garbled file)")
 distributed.define_flags()  # --multihost, --coordinator_address, --num_processes, --process_id (as train.py)
 flags.mark_flags_as_required(["config"])
 
@@ -79,17 +82,25 @@ def main(argv):
     return
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
-                                 output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value)
+                                 output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value,
+                                 allow_fallback=_ALLOW_FALLBACK.value)
   except FloatingPointError as e:  # a diverged checkpoint
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError, a checkpoint
-    # trained as something else): one line, exit status 2
+    # trained as something else, CheckpointCorruptError): one line, exit status 2
     _fail(e, 2)
+  except OSError as e:  # a read-only or full output folder
+    _fail(f"cannot write {e.filename or _OUTPUT.value}: {e.strerror or e}", 1)
+  except KeyboardInterrupt:
+    _fail("interrupted", 130)
 
 
-def _fail(error: Exception, status: int) -> None:
+def _fail(error, status: int) -> None:
+  """One line on stderr and exit at once (os._exit: no background thread prints while the interpreter stops)."""
   print(f"error: {error}", file=sys.stderr)
-  sys.exit(status)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,13 @@ command line (`--config.batch_size=8`); a misspelled field is an error (the conf
 process per host or per GPU, docs/guide/multi-host.md): run the same command in every process with
 `--coordinator_address=HOST:PORT --num_processes=N --process_id=I`, or `--multihost` alone in a SLURM job or on a
 TPU pod slice (pncnn_jax/runtime/distributed.py); `jax.distributed.initialize` runs before anything touches a device.
+One training per workdir: a second train.py on a busy workdir stops at once naming the running one (eval.py and
+predict may read it meanwhile). Ctrl-C stops a run resumably; a latest checkpoint that cannot be restored is named
+with the newest intact step, which --allow_fallback resumes from.
 """
 
+import os
+import pathlib
 import sys
 
 from absl import app, flags
@@ -19,6 +24,8 @@ __doc__ += cli.CONFIG_HELP  # configs, variants and fields in --help
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory (checkpoints, metrics.jsonl, config.json)")
+_ALLOW_FALLBACK = flags.DEFINE_bool("allow_fallback", False, "resume from the newest intact checkpoint when the "
+                                    "latest cannot be restored (a truncated or garbled file), with a warning")
 distributed.define_flags()
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -30,27 +37,32 @@ def main(argv):
   try:
     distributed.initialize_from_flags()
   except ValueError as e:  # an incomplete set of flags, or --multihost outside a cluster
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    _fail(e, 2)
   import jax  # pylint: disable=g-import-not-at-top
 
   from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.from_config import ConfigError  # pylint: disable=g-import-not-at-top
   from pncnn_jax.training import loop as train  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
   try:
-    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (ConfigError, DatasetNotFoundError) as e:  # a setting out of range, data not built: nothing was started
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, allow_fallback=_ALLOW_FALLBACK.value)
   except FloatingPointError as e:  # a diverged run: no traceback
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
-  except (ValueError, FileNotFoundError) as e:  # bad input (a workdir of another run, ...): one line, status 2
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    _fail(e, 1)
+  except (ValueError, FileNotFoundError) as e:  # a setting out of range (ConfigError), data not built
+    # (DatasetNotFoundError), a workdir of another run or in use, a checkpoint that cannot be restored: one line
+    _fail(e, 2)
+  except OSError as e:  # a full disk, a read-only workdir
+    _fail(f"cannot write {e.filename or _WORKDIR.value}: {e.strerror or e}" + (
+        " (the disk is full; the run is resumable once there is room)" if "space" in str(e.strerror) else ""), 1)
+  except KeyboardInterrupt:
+    _fail(f"interrupted; the run in {_WORKDIR.value} is resumable: rerun the same command to continue from its "
+          f"latest checkpoint ({_latest_step(_WORKDIR.value)})", 130)
   if summary and jax.process_index() == 0:
+    if summary.get("finished"):
+      best = f", best checkpoint: step {summary['best_step']}" if summary.get("best_step") is not None else ""
+      print(f"the run in {_WORKDIR.value} had finished already at step {summary['step']}: nothing to do (its "
+            f"results: {', '.join(summary['results'])}{best}; evaluate with eval.py --checkpoint best)")
+      if not summary["val"]:
+        return
     if "rows" in summary:  # an ensemble (configs/ensemble_synthetic.py): every member and fusion rule
       print(evaluate.format_table(summary["rows"], _CONFIG.value.metrics, header="member / fusion"))
       return
@@ -58,6 +70,21 @@ def main(argv):
     print(f"final validation (step {summary['step']}): " + ", ".join(
         f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn", "auce", "epe", "ause_epe", "auroc_corrupted")
         if isinstance(val.get(k), float)))
+
+
+def _latest_step(workdir: str) -> str:
+  """'step N' of the newest complete step folder of `workdir`, or 'none yet: it starts over'; without orbax."""
+  steps = [int(p.name) for p in (pathlib.Path(workdir) / "checkpoints").glob("*") if p.name.isdigit()]
+  return f"step {max(steps)}" if steps else "none yet: it starts over"
+
+
+def _fail(error, status: int) -> None:
+  """One line on stderr and exit `status` at once: os._exit, so that no background thread (orbax's async saver,
+  grain's readers) prints a traceback while the interpreter shuts down ('cannot schedule new futures')."""
+  print(f"error: {error}", file=sys.stderr)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)
 
 
 if __name__ == "__main__":

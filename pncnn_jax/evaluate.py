@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import pathlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -92,7 +93,7 @@ class MetricSet:
   evaluate_checkpoint: Callable[..., Any] | None = None
 
 
-METRIC_SETS: Registry[MetricSet] = Registry("metric set")
+METRIC_SETS: Registry[MetricSet] = Registry("metric set", index="metric_sets")  # config.metrics (from_config)
 
 
 def register_metric_set(name: str, metric_set: MetricSet) -> None:
@@ -310,7 +311,7 @@ def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, met
                                 "oracle": result.sparsification.oracle.tolist(),
                                 "model": result.sparsification.model.tolist()},
              **(dict(extra) if extra else {})}
-  pathlib.Path(paths["json"]).write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
+  pathlib.Path(paths["json"]).write_text(json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n")
   with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
     w = csv.writer(f)
     w.writerow(["name"] + list(summ))
@@ -328,11 +329,21 @@ def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, met
   return paths
 
 
-def _json_default(o: Any) -> Any:
-  if isinstance(o, (np.generic,)):
-    return o.item()
+def strict_json(o: Any) -> Any:
+  """`o` as strict JSON values (RFC 8259 has no Infinity or NaN): numpy scalars and arrays as Python numbers and
+  lists, NaN as null, +-inf as the strings "inf" / "-inf" (as metrics.jsonl), other objects as their str."""
   if isinstance(o, np.ndarray):
-    return o.tolist()
+    o = o.tolist()
+  if isinstance(o, np.generic):
+    o = o.item()
+  if isinstance(o, Mapping):
+    return {str(k): strict_json(v) for k, v in o.items()}
+  if isinstance(o, (list, tuple)):
+    return [strict_json(v) for v in o]
+  if isinstance(o, float) and not math.isfinite(o):
+    return None if math.isnan(o) else ("inf" if o > 0 else "-inf")
+  if o is None or isinstance(o, (bool, int, float, str)):
+    return o
   return str(o)
 
 
@@ -342,22 +353,32 @@ def _json_default(o: Any) -> Any:
 
 def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *, pairs_dir: str | None = None,
                         output_dir: str | None = None, progress: bool = True,
-                        allow_mismatch: bool = False) -> tuple[EvalResult, dict[str, str]]:
+                        allow_mismatch: bool = False, allow_fallback: bool = False
+                        ) -> tuple[EvalResult, dict[str, str]]:
   """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
   `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`).
   The checkpoint (any kind, `loader.load`, shipped names 'synthetic:<name>' included) must have been trained as
   the config says (`config.identity`: dataset, or 'kitti_depth' with `pairs_dir`; variant; loss; input scaling),
   else `config.IdentityMismatchError` unless `allow_mismatch`. The model is the config's, except
   `mask_input_confidence`, which is part of what the weights were trained as and is taken from the checkpoint when
-  it records it."""
+  it records it. `allow_fallback`: a step of a training run that cannot be restored is replaced by the newest that
+  can, with a warning (`loader.load`); the report records the step evaluated."""
   if not pairs_dir:
     from_config.check_data(config, training=False)  # DatasetNotFoundError before the checkpoint loads
   loss_name = from_config.variant_loss(config)
+  tag = (checkpoint if checkpoint in ("best", "latest")
+         else pathlib.Path(checkpoint.replace(":", "_")).name.split(".")[0])
+  if output_dir is None:
+    if not workdir:
+      raise ValueError("give --workdir (or an output directory) for the reports")
+    output_dir = str(pathlib.Path(workdir) / f"eval_{tag}")
+  run_files.check_writable(output_dir)  # before the checkpoint loads and the evaluation runs
   expect = identity_lib.identity(config)
   if pairs_dir:
     expect["dataset"] = "kitti_depth"
   ckpt = loader.load(checkpoint, workdir=workdir, variant=config.variant, expect=expect,
-                     allow_mismatch=allow_mismatch, against="--config with --pairs_dir" if pairs_dir else "--config")
+                     allow_mismatch=allow_mismatch, against="--config with --pairs_dir" if pairs_dir else "--config",
+                     allow_fallback=allow_fallback)
   variables, meta = ckpt.variables, ckpt.meta
   settings = from_config.model_settings(config)
   if "mask_input_confidence" in ckpt.model_settings:
@@ -369,12 +390,6 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
     batches = from_config.eval_iterator(config)
   result = run_evaluation(model, variables, batches, loss_name=loss_name, metric_set=config.metrics,
                           max_batches=config.num_eval_batches, num_panels=config.num_panels, progress=progress)
-  tag = (checkpoint if checkpoint in ("best", "latest")
-         else pathlib.Path(checkpoint.replace(":", "_")).name.split(".")[0])
-  if output_dir is None:
-    if not workdir:
-      raise ValueError("give --workdir (or an output directory) for the reports")
-    output_dir = str(pathlib.Path(workdir) / f"eval_{tag}")
   name = f"{config.variant}@{tag}"
   extra = {"checkpoint": checkpoint, "checkpoint_step": meta.get("step"), "variant": config.variant,
            "loss": loss_name, "data": pairs_dir or f"{config.data.dataset}/{config.data.eval_split}",

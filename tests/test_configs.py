@@ -2,7 +2,7 @@
 
 import pytest
 
-from pncnn_jax import from_config
+from pncnn_jax import evaluate, from_config  # noqa: F401 (evaluate: the metric sets config.metrics is checked against)
 from pncnn_jax.nn import models
 
 from conftest import REPO
@@ -60,3 +60,103 @@ def test_locked_config_rejects_typos():
     c.learning_rat = 0.1  # pylint: disable=attribute-defined-outside-init
   with pytest.raises(FileNotFoundError, match="nope.py"):
     from_config.load_config(f"{REPO}/configs/nope.py:pncnn")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The table of config fields (from_config.FIELDS): every field has a rule, each rule refuses what it should.
+
+ALL_CONFIGS = ["synthetic.py:pncnn", "kitti.py:pncnn", "nyu.py:ncnn_conf_l1", "ensemble_synthetic.py:pncnn",
+               "flow_synthetic.py:flow_pncnn"]
+
+
+def _leaves(c, prefix=""):
+  for k, v in c.items():
+    if hasattr(v, "items"):
+      yield from _leaves(v, f"{prefix}{k}.")
+    else:
+      yield f"{prefix}{k}"
+
+
+@pytest.mark.parametrize("spec", ALL_CONFIGS)
+def test_every_field_of_every_config_has_a_rule_and_passes(spec):
+  c = from_config.load_config(f"{REPO}/configs/{spec}")
+  assert sorted(set(_leaves(c)) - set(from_config.FIELDS)) == []  # a new field needs a row in the table
+  from_config.check_config(c)
+  from_config.check_config(c, training=False)
+
+
+def test_fusion_rules_of_the_table_are_the_ensembles():
+  from pncnn_jax.ensemble import fusion  # pylint: disable=g-import-not-at-top
+  assert from_config.FUSION_RULES == fusion.FUSION_RULES
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("learning_rate", 0.0, "must be a finite number > 0"),
+    ("grad_clip_norm", -1.0, "must be a finite number >= 0 (0: no clipping)"),
+    ("num_epochs", 0, "must be an integer >= 1"),
+    ("num_epochs", -3, "must be an integer >= 1"),
+    ("batch_size", 0, "must be an integer >= 1"),
+    ("steps_per_epoch", 0, "must be an integer >= 1, or -1 (one pass over the split)"),
+    ("data.train_crop_width", -5, "must be an integer >= 8 (the model halves the frame three times)"),
+    ("lr_decay_factor", -1.0, "must be a finite number in (0, 1]"),
+    ("lr_decay_factor", 1.5, "must be a finite number in (0, 1]"),
+    ("lr_decay_epochs", 0, "must be an integer >= 1"),
+    ("log_every_steps", 0, "must be an integer >= 1"),
+    ("metrics", "foo", "must be one of 'flow', 'kitti', 'nyu'"),
+    ("num_eval_batches", 0, "must be an integer >= 1, or -1 (the whole split)"),
+    ("eval_every_steps", 0, "must be an integer >= 1, or -1 (at the end of each epoch only)"),
+    ("checkpoint_every_steps", -2, "must be an integer >= 1, or -1 (after each validation only)"),
+    ("steps_per_call", 0, "must be an integer >= 1, or -1 (the platform's choice)"),
+    ("max_to_keep", 0, "must be an integer >= 1"),
+    ("num_panels", -1, "must be an integer >= 0"),
+    ("seed", -1, "must be an integer >= 0"),
+    ("data.eval_synthetic_size", 0, "must be an integer >= 1"),
+    ("data.synthetic_size", 0, "must be an integer >= 1"),
+    ("data.num_threads", 0, "must be an integer >= 1"),
+    ("data.train_crop_height", 7, "must be an integer >= 8 (the model halves the frame three times)"),
+    ("data.eval_crop_width", 4, "must be an integer >= 8 (the model halves the frame three times)"),
+    ("data.train_crop", "middle", "must be one of 'none', 'center', 'bottom', 'random'"),
+    ("data.eval_split", "nope", "must be one of 'train', 'val', 'test'"),
+    ("data.dataset", "kitty", "must be one of 'flow_synthetic', 'kitti_depth', 'nyu_depth', 'synthetic'"),
+    ("model.conv_precision", "foo", "must be one of 'default', 'high', 'highest'"),
+    ("model.nconv_init", "xavier", "must be one of 'published', 'repo'"),
+    ("loss", "l3", "must be one of "),
+    ("variant", "pncn", "must be one of "),
+])
+def test_each_field_out_of_range_is_named_with_its_allowed_values(field, value, message):
+  """lr_decay_factor=-1 trained uphill with exit 0; log_every_steps=0 was a ZeroDivisionError after compiling;
+  metrics=foo, num_eval_batches=0, eval_synthetic_size=0 failed after a whole epoch; a 7-pixel crop failed in numpy;
+  conv_precision=foo gave jax's message without the field."""
+  c = from_config.load_config(f"{REPO}/configs/synthetic.py:pncnn")
+  *parents, last = field.split(".")
+  node = c
+  for p in parents:
+    node = node[p]
+  node[last] = value
+  with pytest.raises(from_config.ConfigError) as e:
+    from_config.check_config(c)
+  assert str(e.value).startswith(f"config.{field}={value!r}: {message}"), str(e.value)
+
+
+def test_training_only_fields_are_not_checked_for_evaluation():
+  c = from_config.load_config(f"{REPO}/configs/synthetic.py:pncnn")
+  c.log_every_steps = 0
+  from_config.check_config(c, training=False)
+  c.num_eval_batches = 0
+  with pytest.raises(from_config.ConfigError, match=r"config.num_eval_batches=0"):
+    from_config.check_config(c, training=False)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("ensemble.select_rule", "median", "must be one of 'mean', 'weighted_mean', 'max_confidence', 'mle'"),
+    ("ensemble.rules", ("mean", "vote"), "must be a non-empty tuple of some of 'mean', "),
+    ("ensemble.subset_fraction", 0.0, "must be a finite number in (0, 1]"),
+    ("ensemble.seeds", (1, 1, 2, 3), "must be () (seed + k) or 4 distinct integers"),
+    ("ensemble.mle_steps", 0, "must be an integer >= 1"),
+])
+def test_ensemble_fields(field, value, message):
+  c = from_config.load_config(f"{REPO}/configs/ensemble_synthetic.py:pncnn")
+  c.ensemble[field.split(".")[1]] = value
+  with pytest.raises(from_config.ConfigError) as e:
+    from_config.check_config(c)
+  assert str(e.value).startswith(f"config.{field}=") and message in str(e.value), str(e.value)

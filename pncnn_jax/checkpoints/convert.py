@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
   except (ValueError, FileNotFoundError, FileExistsError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  except OSError as e:  # a read-only or full output folder
+    print(f"error: cannot write {e.filename or a.output}: {e.strerror or e}", file=sys.stderr)
+    return 1
   out = os.path.abspath(a.output)
   print(f"wrote {out}: variant {meta['variant']} ({meta['variant_source']}), dataset {meta['dataset']}, "
         f"epoch {meta['epoch']}, sha256 {meta['sha256'][:16]}")

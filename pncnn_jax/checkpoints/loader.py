@@ -68,7 +68,7 @@ class Loaded:
 
 def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = None, step: int | str = "best",
          variant: str | None = None, expect: dict[str, Any] | None = None, allow_mismatch: bool = False,
-         against: str = "--config") -> Loaded:
+         against: str = "--config", allow_fallback: bool = False) -> Loaded:
   """Loads any pncnn_jax or official checkpoint (see the module docstring).
 
   Args:
@@ -81,6 +81,8 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
     allow_mismatch: warn about a mismatch of `expect`/`variant` instead of refusing it (the variant of a
       pncnn_jax checkpoint must still have its weights' structure).
     against: what `expect` comes from, for the message ('--config', '--variant').
+    allow_fallback: a training step that cannot be restored (a truncated file, garbled metadata) is replaced by
+      the newest step that restores, with a warning; without it, a `CheckpointCorruptError` names both.
 
   Raises:
     FileNotFoundError for a missing path or a workdir without checkpoints; ValueError for a checkpoint of
@@ -99,7 +101,7 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
     if not (wd / checkpointing.CHECKPOINT_SUBDIR).is_dir():
       raise FileNotFoundError(f"--checkpoint={checkpoint}: {wd} holds no checkpoints/ (train there first, or "
                               "pass --checkpoint=PATH)")
-    variables, meta = checkpointing.restore_variables(wd, step=checkpoint)
+    variables, meta = checkpointing.restore_variables(wd, step=checkpoint, allow_fallback=allow_fallback)
   else:
     path = pathlib.Path(checkpoint)
     if not path.exists():
@@ -107,7 +109,7 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
     if path.is_file():
       variables, meta = convert.load_official(path, variant=variant)
     else:
-      variables, meta = checkpointing.restore_variables(path, step=step)
+      variables, meta = checkpointing.restore_variables(path, step=step, allow_fallback=allow_fallback)
   if bad := checkpointing.non_finite_leaves(variables):
     raise ValueError(f"--checkpoint={checkpoint}: {len(bad)} weight tensor(s) hold NaN or inf, e.g. {bad[0]} (a "
                      "diverged or corrupted model); refusing it")
@@ -125,15 +127,25 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
   name = (variant if allow_mismatch else None) or stored or variant
   if name is None:
     raise ValueError(f"--checkpoint={checkpoint}: its metadata names no variant; pass the variant")
-  if name not in models.VARIANTS:
+  if name not in from_config.VARIANTS:  # the depth variants and the extensions' (pncnn_jax.flow)
     raise ValueError(f"--checkpoint={checkpoint}: unknown variant {name!r}")
   run_config = meta.get("config") or {}
-  loss = identity.get("loss") or models.VARIANTS[name].loss
+  loss = identity.get("loss") or from_config.VARIANTS[name][0].loss
   return Loaded(variables=variables, meta=meta, variant=name, loss=loss,
                 model_settings=from_config.model_settings(run_config), identity=identity, identity_source=source)
 
 
 def _same_weights(a: str, b: str) -> bool:
-  """Whether variants `a` and `b` have the same parameter tree (e.g. ncnn_conf_l1 and ncnn_conf_l2)."""
-  va, vb = models.VARIANTS[a], models.VARIANTS[b]
-  return (va.conf_estimator == "none") == (vb.conf_estimator == "none") and va.var_estimator == vb.var_estimator
+  """Whether variants `a` and `b` have the same parameter tree (e.g. ncnn_conf_l1 and ncnn_conf_l2): built by the
+  same builder (a depth and a flow model never are), both with or without a confidence UNet, the same variance
+  head. An unknown name is not the same."""
+  if a not in from_config.VARIANTS or b not in from_config.VARIANTS:
+    return False
+  (va, build_a), (vb, build_b) = from_config.VARIANTS[a], from_config.VARIANTS[b]
+  if build_a is not build_b:
+    return False
+  if va == vb:
+    return True
+  conf_a, conf_b = getattr(va, "conf_estimator", None), getattr(vb, "conf_estimator", None)
+  return (conf_a is not None and conf_b is not None and (conf_a == "none") == (conf_b == "none")
+          and getattr(va, "var_estimator", None) == getattr(vb, "var_estimator", None))

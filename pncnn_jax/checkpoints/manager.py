@@ -12,11 +12,20 @@ save leaves at most a stray `<step>.orbax-checkpoint-tmp-*` directory; it is nev
 removed when the next *writing* Checkpointer opens the run (`cleanup_tmp_directories`: the training process, at
 its start). Readers (`restore_variables`, hence the loader, eval, predict) open the run with `read_only=True`,
 which creates, deletes, moves and locks nothing: a running training's half-written step is left alone.
+
+Failing soft: a step that cannot be restored (a truncated data file, garbled metadata) is a
+`CheckpointCorruptError` naming the step, the file and the reason, and the newest step that does restore; with
+`allow_fallback=True` (the --allow_fallback flag of train.py and eval.py; `loader.load(allow_fallback=True)`) that
+step is restored instead, with a warning. A training that falls back moves the unrestorable later steps aside
+(`<step>.unrestorable`), so that it can save those steps again. Readers restore only the model variables (`params`,
+`batch_stats`), not the optimizer state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import math
 import os
@@ -30,9 +39,96 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as ocp_pp
 
+from pncnn_jax.runtime import run_files
+
 PyTree = Any
 CHECKPOINT_SUBDIR = "checkpoints"
 STATE_ITEM, META_ITEM, VARIABLES_ITEM = "state", "meta", "variables"
+MODEL_KEYS = ("params", "batch_stats")  # what a reader restores of a training state
+log = logging.getLogger(__name__)
+
+
+_call_soon_threadsafe = asyncio.BaseEventLoop.call_soon_threadsafe
+
+
+def _call_soon_threadsafe_unless_closed(loop, callback, *args, context=None):
+  """`loop.call_soon_threadsafe`, but nothing (no RuntimeError) once the loop is closed: see `_quiet_failed_restore`."""
+  if loop.is_closed():
+    return None
+  return _call_soon_threadsafe(loop, callback, *args, context=context)
+
+
+@contextlib.contextmanager
+def _quiet_failed_restore():
+  """Around an orbax restore: no "RuntimeError: Event loop is closed" tracebacks when it fails.
+
+  When one read of a restore fails (a truncated file), orbax raises and closes its event loop while tensorstore
+  still completes the other reads; each late completion calls `call_soon_threadsafe` on the closed loop, and
+  tensorstore prints the RuntimeError's traceback from its own thread, straight to the process's stderr: dozens of
+  tracebacks before our one-line error. Within this context a completion for a closed loop is dropped instead
+  (nothing awaits it any more). After a failure the patch stays for the rest of the process, since completions
+  keep arriving after orbax has raised (the command ends with its one-line error soon after); after a success
+  asyncio is as it was.
+  """
+  if asyncio.BaseEventLoop.call_soon_threadsafe is _call_soon_threadsafe_unless_closed:
+    yield
+    return
+  asyncio.BaseEventLoop.call_soon_threadsafe = _call_soon_threadsafe_unless_closed
+  yield  # an exception propagates from here and leaves the patch in place
+  asyncio.BaseEventLoop.call_soon_threadsafe = _call_soon_threadsafe
+
+
+class CheckpointCorruptError(ValueError):
+  """A checkpoint step that cannot be restored: the message names the step, the file, the reason and the newest
+  intact step (the command lines print it in one line, exit status 2)."""
+
+
+class CheckpointStructureError(ValueError):
+  """A checkpoint that holds another model's tree (another variant or model setting): intact, but not this model's."""
+
+
+_JSON_FILES = ("_CHECKPOINT_METADATA", "metadata", "_METADATA", "_sharding", "metrics", "process_0")
+
+
+def disk_error(error: BaseException) -> OSError | None:
+  """The OSError (errno, strerror, the file) a tensorstore/orbax write error stands for (a full disk: ENOSPC, a
+  read-only place: EROFS / EACCES), or None. Their messages carry "[os_error_code='28']" and the file."""
+  text = str(error)
+  code = re.search(r"os_error_code='(\d+)'", text)
+  if code is None:
+    return None
+  path = re.search(r'(?:Failed writing|local file|Error (?:writing|opening)[^"]*): "([^"]+)"', text) or re.search(
+      r'"(/[^"]+)"', text)
+  return OSError(int(code.group(1)), os.strerror(int(code.group(1))), path.group(1) if path else None)
+
+
+class _DropOrbaxErrors(logging.Filter):
+  """Drops orbax's own ERROR records (a traceback per failed background save): `Checkpointer.save` and `wait`
+  raise the error itself, which the command lines print in one line."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+
+
+_DROP_ORBAX_ERRORS = _DropOrbaxErrors()
+
+
+def describe_failure(step_dir: pathlib.Path, error: BaseException) -> str:
+  """'<file>: <reason>' for a step that failed to restore: the file tensorstore names (the last 'local file' of its
+  message), else the first JSON file of the step that does not parse, else the error's first line."""
+  text = str(error)
+  files = list(re.finditer(r'local file "([^"]+)"', text))
+  if files:
+    reason = text[files[-1].end():].split(" [tensorstore_spec")[0].strip(" :") or text.splitlines()[0]
+    return f"{files[-1].group(1)}: {reason} (truncated or corrupt)"
+  for f in sorted(step_dir.rglob("*")) if step_dir.is_dir() else ():
+    if f.is_file() and f.name in _JSON_FILES:
+      try:
+        json.loads(f.read_text())
+      except (ValueError, UnicodeDecodeError) as e:
+        return f"{f}: not valid JSON ({e})"
+  first = (text.strip().splitlines() or [type(error).__name__])[0]
+  return f"{step_dir}: {type(error).__name__}: {first[:300]}"
 
 
 def _abs_dir(path: str | os.PathLike, what: str) -> pathlib.Path:
@@ -59,7 +155,21 @@ def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
                                    (META_ITEM, meta, (ocp.args.JsonSave, ocp.args.JsonRestore))):
     for arg_type in arg_types:
       registry.add(item, arg_type, handler)
+  registry.add(STATE_ITEM, ocp.args.PyTreeRestore, ocp.PyTreeCheckpointHandler())  # readers: the model keys only
   return registry
+
+
+def _model_only_restore(saved_tree: PyTree, where: str) -> ocp.args.PyTreeRestore:
+  """A partial restore of the model variables (MODEL_KEYS) of a saved training-state tree, onto the first local
+  device: a reader does not read the optimizer state (2x the parameters for Adam)."""
+  if not isinstance(saved_tree, Mapping) or "params" not in saved_tree:
+    keys = sorted(saved_tree) if isinstance(saved_tree, Mapping) else type(saved_tree).__name__
+    raise ValueError(f"{where}: the training state has no 'params' (found {keys})")
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  sub = {k: saved_tree[k] for k in MODEL_KEYS if saved_tree.get(k)}
+  return ocp.args.PyTreeRestore(
+      item=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), sub),
+      restore_args=jax.tree.map(lambda x: ocp.ArrayRestoreArgs(sharding=device), sub), partial_restore=True)
 
 
 def _standard_restore(target: PyTree | None) -> ocp.args.StandardRestore:
@@ -107,6 +217,8 @@ class Checkpointer:
         enable_async_checkpointing=async_save and not read_only,
     )
     self.read_only = read_only
+    if not read_only:
+      logging.getLogger("absl").addFilter(_DROP_ORBAX_ERRORS)  # once: filters are a set
     with _quiet_read_only_notice():
       self._manager = ocp.CheckpointManager(self.directory, options=options, handler_registry=_handler_registry())
 
@@ -129,12 +241,14 @@ class Checkpointer:
       metrics = {k: float(v) if hasattr(v, "__float__") else v for k, v in metrics.items()}
     if step in self.all_steps():
       raise ValueError(f"Checkpointer.save: step {step} already exists in {self.directory}")
-    self._manager.save(
-        step,
-        args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), META_ITEM: ocp.args.JsonSave(metadata)}),
-        metrics=metrics,
-        force=True,
-    )
+    with _raising_disk_errors():
+      self._manager.save(
+          step,
+          args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state),
+                                     META_ITEM: ocp.args.JsonSave(metadata)}),
+          metrics=metrics,
+          force=True,
+      )
 
   def all_steps(self) -> list[int]:
     """The complete (finalised) steps on disk, ascending."""
@@ -170,24 +284,86 @@ class Checkpointer:
       raise FileNotFoundError(f"no checkpoint for step {step!r} in {self.directory} (complete steps: {steps})")
     return resolved
 
-  def restore(self, step: int | str = "latest", target: PyTree | None = None) -> tuple[PyTree, dict[str, Any]]:
+  def restore(self, step: int | str = "latest", target: PyTree | None = None, *, allow_fallback: bool = False,
+              model_only: bool = False) -> tuple[PyTree, dict[str, Any]]:
     """Restores (state, metadata) of `step` (an int, 'latest' or 'best').
 
     `target` gives the tree structure, dtypes and placement: concrete arrays or `jax.ShapeDtypeStruct`s with
-    shardings (e.g. replicated `NamedSharding`); None restores the saved tree as saved.
+    shardings (e.g. replicated `NamedSharding`); None restores the saved tree as saved. `model_only` restores only
+    the model variables (MODEL_KEYS) of the saved tree, on the first local device (readers).
+
+    A step that cannot be restored is a `CheckpointCorruptError` naming the file and the newest step that restores;
+    with `allow_fallback`, that step's (state, metadata) instead, with a warning (metadata['step'] says which).
     """
-    s = self._resolve(step)
-    if target is not None:
-      self._check_structure(s, target)
-    restored = self._manager.restore(
-        s, args=ocp.args.Composite(**{STATE_ITEM: _standard_restore(target), META_ITEM: ocp.args.JsonRestore()}))
+    return self._with_fallback(self._resolve(step), lambda s: self._restore_step(s, target, model_only),
+                               allow_fallback)
+
+  def restore_metadata(self, step: int | str = "latest", *, allow_fallback: bool = False) -> dict[str, Any]:
+    """The JSON metadata of `step` alone (variant, loss, dataset, config, ...), without reading the arrays; a step
+    whose metadata cannot be read fails soft as in `restore`."""
+    return self._with_fallback(self._resolve(step), self._restore_meta, allow_fallback)
+
+  def _restore_meta(self, s: int) -> dict[str, Any]:
+    try:
+      with _quiet_failed_restore():
+        restored = self._manager.restore(s, args=ocp.args.Composite(**{META_ITEM: ocp.args.JsonRestore()}))
+    except Exception as e:  # noqa: BLE001 (orbax, tensorstore and json raise many kinds)
+      raise CheckpointCorruptError(describe_failure(self.directory / str(s), e)) from None
+    return dict(restored[META_ITEM] or {})
+
+  def _restore_step(self, s: int, target: PyTree | None, model_only: bool) -> tuple[PyTree, dict[str, Any]]:
+    try:
+      with _quiet_failed_restore():  # item_metadata reads the OCDBT data files too
+        if model_only:
+          saved = self._manager.item_metadata(s)[STATE_ITEM]
+          state_args = _model_only_restore(getattr(saved, "tree", saved), str(self.directory / str(s)))
+        else:
+          if target is not None:
+            self._check_structure(s, target)
+          state_args = _standard_restore(target)
+        restored = self._manager.restore(
+            s, args=ocp.args.Composite(**{STATE_ITEM: state_args, META_ITEM: ocp.args.JsonRestore()}))
+    except (CheckpointStructureError, CheckpointCorruptError):
+      raise
+    except Exception as e:  # noqa: BLE001 (orbax, tensorstore and json raise many kinds)
+      raise CheckpointCorruptError(describe_failure(self.directory / str(s), e)) from None
     return restored[STATE_ITEM], dict(restored[META_ITEM] or {})
 
-  def restore_metadata(self, step: int | str = "latest") -> dict[str, Any]:
-    """The JSON metadata of `step` alone (variant, loss, dataset, config, ...), without reading the arrays."""
-    s = self._resolve(step)
-    restored = self._manager.restore(s, args=ocp.args.Composite(**{META_ITEM: ocp.args.JsonRestore()}))
-    return dict(restored[META_ITEM] or {})
+  def _with_fallback(self, s: int, restore_one, allow_fallback: bool):
+    """`restore_one(s)`, or on a CheckpointCorruptError the newest other step that restores (allow_fallback) or an
+    error naming it."""
+    try:
+      return restore_one(s)
+    except CheckpointCorruptError as e:
+      reason = f"checkpoint step {s} in {self.directory} cannot be restored: {e}"
+      for other in sorted((t for t in self.all_steps() if t != s), reverse=True):
+        try:
+          out = restore_one(other)
+        except CheckpointCorruptError:
+          continue
+        if allow_fallback:
+          log.warning("%s; using the newest intact step, %d, instead (--allow_fallback)", reason, other)
+          return out
+        raise CheckpointCorruptError(f"{reason}; the newest intact step is {other}: pass --allow_fallback to use it, "
+                                     f"or remove {self.directory / str(s)}") from None
+      raise CheckpointCorruptError(f"{reason}; no other step restores (steps: {self.all_steps()})") from None
+
+  def set_aside(self, steps: list[int]) -> list[pathlib.Path]:
+    """Renames step folders that cannot be restored to `<step>.unrestorable` (kept for inspection, no longer steps),
+    so that a resumed training can save those steps again; returns the new paths."""
+    if self.read_only:
+      raise ValueError(f"Checkpointer.set_aside: {self.directory} was opened read-only")
+    moved = []
+    for step in steps:
+      src = self.directory / str(step)
+      dst = src.with_name(f"{step}.unrestorable")
+      n = 1
+      while dst.exists():
+        dst, n = src.with_name(f"{step}.unrestorable{n}"), n + 1
+      os.replace(src, dst)
+      moved.append(dst)
+    self._manager.reload()
+    return moved
 
   def _check_structure(self, step: int, target: PyTree) -> None:
     """A one-line ValueError when the saved tree of `step` and `target` differ (orbax would print both trees)."""
@@ -197,12 +373,15 @@ class Checkpointer:
       return
     diff = structure_difference(saved, target)
     if diff:
-      raise ValueError(f"checkpoint {self.directory / str(step)} does not hold the model being restored: {diff} "
-                       "(a run of another variant or model setting; use another --workdir)")
+      raise CheckpointStructureError(
+          f"checkpoint {self.directory / str(step)} does not hold the model being restored: {diff} (a run of another "
+          "variant or model setting; use another --workdir)")
 
   def wait(self) -> None:
-    """Blocks until pending asynchronous saves are finalised on disk."""
-    self._manager.wait_until_finished()
+    """Blocks until pending asynchronous saves are finalised on disk; a save that failed for want of room or
+    permission is an OSError naming the file (`disk_error`)."""
+    with _raising_disk_errors():
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
     self._manager.close()
@@ -229,6 +408,7 @@ def save_variables(directory: str | os.PathLike, variables: PyTree, metadata: Ma
   if path.exists():
     path.rmdir()  # orbax creates it atomically
   metadata = _check_metadata(metadata, f"save_variables({path})")
+  run_files.check_writable(path)  # an OSError naming the path, before orbax's own (a page of tensorstore text)
   with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
     ckptr.save(path, args=ocp.args.Composite(
         **{VARIABLES_ITEM: ocp.args.StandardSave(variables), META_ITEM: ocp.args.JsonSave(metadata)}))
@@ -245,19 +425,21 @@ def _variables_from_state(state: Any, where: str) -> dict[str, Any]:
   return out
 
 
-def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
-                      target: PyTree | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best", target: PyTree | None = None, *,
+                      allow_fallback: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
   """Loads model variables and metadata from a model-only checkpoint, a training step directory, or a training
   workdir (its `step`: an int, 'latest' or 'best', falling back to 'latest' when no step has metrics).
 
   `target` (arrays or `jax.ShapeDtypeStruct`s with shardings, as for `Checkpointer.restore`) applies to
-  model-only checkpoints; a training state is restored as saved and its 'params'/'batch_stats' returned.
+  model-only checkpoints; of a training state only 'params' and 'batch_stats' are read (not the optimizer state).
+  A workdir's step that cannot be restored fails soft (`Checkpointer.restore`, `allow_fallback`).
 
   Returns:
     (variables, metadata): variables = {'params', 'batch_stats'?}.
 
   Raises:
-    FileNotFoundError if the path does not exist; ValueError if it holds no pncnn_jax checkpoint.
+    FileNotFoundError if the path does not exist; ValueError if it holds no pncnn_jax checkpoint;
+    CheckpointCorruptError (a ValueError) for one that cannot be restored.
   """
   path = _abs_dir(path_or_dir, "restore_variables")
   if not path.exists():
@@ -267,15 +449,24 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
                      ".pth.tar/.npz files use pncnn_jax.checkpoints.loader.load or `python -m pncnn_jax.convert`)")
   if not os.access(path, os.R_OK | os.X_OK):
     raise PermissionError(f"checkpoint {path} is not readable")
-  if (path / VARIABLES_ITEM).is_dir():
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
-      restored = ckptr.restore(path, args=ocp.args.Composite(
-          **{VARIABLES_ITEM: _standard_restore(target), META_ITEM: ocp.args.JsonRestore()}))
-    return dict(restored[VARIABLES_ITEM]), dict(restored[META_ITEM] or {})
-  if (path / STATE_ITEM).is_dir():  # one step of a training run
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
-      restored = ckptr.restore(path, args=ocp.args.Composite(
-          **{STATE_ITEM: _standard_restore(None), META_ITEM: ocp.args.JsonRestore()}))
+  if (path / VARIABLES_ITEM).is_dir() or (path / STATE_ITEM).is_dir():  # a model-only checkpoint or a training step
+    try:
+      registry = _handler_registry()
+      registry.add("metrics", ocp.args.JsonRestore, ocp.JsonCheckpointHandler())  # a training step's own item
+      handler = ocp.CompositeCheckpointHandler(handler_registry=registry)
+      with _quiet_failed_restore(), ocp.Checkpointer(handler) as ckptr:
+        if (path / VARIABLES_ITEM).is_dir():
+          restored = ckptr.restore(path, args=ocp.args.Composite(
+              **{VARIABLES_ITEM: _standard_restore(target), META_ITEM: ocp.args.JsonRestore()}))
+          return dict(restored[VARIABLES_ITEM]), dict(restored[META_ITEM] or {})
+        saved = ckptr.metadata(path).item_metadata[STATE_ITEM]
+        restored = ckptr.restore(path, args=ocp.args.Composite(
+            **{STATE_ITEM: _model_only_restore(getattr(saved, "tree", saved), str(path)),
+               META_ITEM: ocp.args.JsonRestore()}))
+    except Exception as e:  # noqa: BLE001 (orbax, tensorstore and json raise many kinds)
+      if isinstance(e, ValueError) and "the training state has no 'params'" in str(e):
+        raise
+      raise CheckpointCorruptError(f"checkpoint {path} cannot be restored: {describe_failure(path, e)}") from None
     return _variables_from_state(restored[STATE_ITEM], str(path)), dict(restored[META_ITEM] or {})
   workdir = path.parent if path.name == CHECKPOINT_SUBDIR else path
   if not (workdir / CHECKPOINT_SUBDIR).is_dir():
@@ -285,7 +476,7 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best",
   try:
     if step == "best" and ckpt.best_step() is None:
       step = "latest"
-    state, meta = ckpt.restore(step)
+    state, meta = ckpt.restore(step, allow_fallback=allow_fallback, model_only=True)
   finally:
     ckpt.close()
   return _variables_from_state(state, str(path)), meta
@@ -319,6 +510,18 @@ def structure_difference(saved: PyTree, expected: PyTree, limit: int = 3) -> str
   if a - b:
     parts.append(f"found {', '.join(shortest(a - b, b))}, not in the model")
   return "; ".join(parts)
+
+
+@contextlib.contextmanager
+def _raising_disk_errors():
+  """Re-raises an orbax/tensorstore write error that is a full disk or a read-only place as its OSError."""
+  try:
+    yield
+  except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError; orbax wraps some)
+    err = disk_error(e)
+    if err is None:
+      raise
+    raise err from None
 
 
 @contextlib.contextmanager

@@ -75,9 +75,15 @@ def nconv(
 
   Stride 1, symmetric zero padding (kh-1)/2 ("same" size for odd kernels), cross-correlation as in PyTorch.
 
+  Negative confidences are clamped to 0 (c <- max(c, 0), as `where(c < 0, 0, c)`: the gradient of every c >= 0 is
+  untouched). With c >= 0 and W >= 0, x_out - b is a convex combination of the data (within their range); a negative
+  confidence would put it outside (a negative weight), and it means nothing: a confidence is a non-negative weight.
+  The clamp cannot raise inside a jitted program, and every confidence of the models (sigmoid, softplus, [x > 0],
+  their NConv propagations) is >= 0 already, so their outputs do not change.
+
   Args:
     x: (B, H, W, C_in) data, e.g. depth in metres.
-    c: (B, H, W, C_in) non-negative confidence.
+    c: (B, H, W, C_in) confidence; values < 0 count as 0.
     w: (kh, kw, C_in, C_out) non-negative effective weights (already through the positivity map).
     b: (C_out,) bias.
     eps: added to the denominator.
@@ -92,6 +98,7 @@ def nconv(
   if w.ndim != 4 or w.shape[2] != x.shape[-1]:
     raise ValueError(f"nconv: kernel {tuple(w.shape)} does not fit input channels {x.shape[-1]}")
   batch = x.shape[0]
+  c = jnp.where(c < 0, 0.0, c).astype(c.dtype)  # a confidence is a non-negative weight (see above)
   # One convolution for numerator and denominator: stack [x*c; c] along the batch.
   both = cpu_kernels.nconv_conv(jnp.concatenate([x * c, c], axis=0), w, conv_precision)
   num, den = both[:batch], both[batch:]

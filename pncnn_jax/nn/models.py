@@ -295,13 +295,16 @@ class PNCNN(nn.Module):
 
   @nn.compact
   def __call__(self, sparse: Array, train: bool = False) -> ModelOutput:
-    """Args: sparse (B, H, W, 1) depth in metres, 0 = missing; train selects BatchNorm batch statistics."""
+    """Args: sparse (B, H, W, 1) depth in metres, 0 = missing (NaN too: read as 0, no measurement, the way a
+    NaN-coded depth map means it; otherwise one NaN would spread through every convolution to the whole output);
+    train selects BatchNorm batch statistics."""
     _check_input("PNCNN", sparse)
     if self.conf_estimator not in CONF_ESTIMATORS:
       raise ValueError(f"PNCNN: conf_estimator {self.conf_estimator!r} not in {CONF_ESTIMATORS}")
     if self.var_estimator not in VAR_ESTIMATORS:
       raise ValueError(f"PNCNN: var_estimator {self.var_estimator!r} not in {VAR_ESTIMATORS}")
     x0 = sparse.astype(jnp.float32)
+    x0 = jnp.where(jnp.isnan(x0), 0.0, x0)  # NaN-coded missing data = no measurement
     remat = jax.default_backend() == "cpu" if self.remat is None else self.remat
     if self.conf_estimator == "none":
       c0 = (x0 > 0).astype(jnp.float32)

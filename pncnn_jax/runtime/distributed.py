@@ -13,6 +13,10 @@ restore). How the processes find each other, the first that applies:
   * `--multihost` alone: jax's cluster auto-detection (SLURM, Open MPI, Cloud TPU pod slices, Kubernetes), i.e.
     `jax.distributed.initialize()` without arguments.
 
+Start-up has a deadline: a process whose peers have not all joined within `--distributed_timeout` seconds (default
+DEFAULT_TIMEOUT_S) prints one line (how many processes joined, which coordinator address it waited on) and exits
+with status 1, instead of jax's silent 300 s wait and C++ abort. Raise it where processes start far apart.
+
 On CPU the processes exchange data through gloo (`jax_cpu_collectives_implementation='gloo'`, set here unless
 $JAX_CPU_COLLECTIVES_IMPLEMENTATION chooses; the default of jax 0.12). absl and jax only; nothing touches a device.
 """
@@ -20,10 +24,14 @@ $JAX_CPU_COLLECTIVES_IMPLEMENTATION chooses; the default of jax 0.12). absl and 
 from __future__ import annotations
 
 import os
+import socket
+import sys
+import threading
 
 from absl import flags
 
 ENV_NUM_PROCESSES, ENV_PROCESS_ID, ENV_COORDINATOR = "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"
+DEFAULT_TIMEOUT_S = 30  # seconds for every process of a run to join (--distributed_timeout)
 
 
 def define_flags() -> None:
@@ -34,12 +42,15 @@ def define_flags() -> None:
                       f"${ENV_COORDINATOR})")
   flags.DEFINE_integer("num_processes", None, f"processes of a multi-process run (default: ${ENV_NUM_PROCESSES})")
   flags.DEFINE_integer("process_id", None, f"this process's index, 0 .. num_processes-1 (default: ${ENV_PROCESS_ID})")
+  flags.DEFINE_integer("distributed_timeout", DEFAULT_TIMEOUT_S, "seconds to wait for every process of a "
+                       "multi-process run to join before giving up with one line", lower_bound=1)
 
 
 def initialize_from_flags() -> bool:
   """`initialize` with the values of the flags of `define_flags`."""
   f = flags.FLAGS
-  return initialize(f.coordinator_address, f.num_processes, f.process_id, auto=f.multihost)
+  return initialize(f.coordinator_address, f.num_processes, f.process_id, auto=f.multihost,
+                    timeout_s=f.distributed_timeout)
 
 
 def _env_int(environ, name: str) -> int | None:
@@ -79,13 +90,15 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *, auto: bool = False) -> bool:
+               process_id: int | None = None, *, auto: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
   """Joins this process to a multi-process run (see the module docstring); returns whether it did.
 
   Nothing given (no arguments, no environment variables, auto False) is a single-process run: nothing is done.
   With `auto` (--multihost), what is not given comes from jax's cluster detection. Call it before anything touches
   a device. Raises ValueError with a one-line message for a partial set of arguments without `auto`, or for
-  `auto` outside a cluster jax recognises.
+  `auto` outside a cluster jax recognises. When not every process has joined after `timeout_s` seconds, prints
+  one line (`join_failure`) and ends the process with status 1 (jax's own deadline, set later, would abort it in
+  C++ with a stack trace; a Python exception cannot be raised out of the blocked call).
   """
   given = resolve(coordinator_address, num_processes, process_id, partial=auto)
   if given is None and not auto:
@@ -94,11 +107,48 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in os.environ:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   address, n, i = given or (None, None, None)
+  joined = threading.Event()
+
+  def give_up():
+    if not joined.wait(timeout_s):
+      print(f"error: {join_failure(address, n, i, timeout_s)}", file=sys.stderr, flush=True)
+      os._exit(1)
+
+  threading.Thread(target=give_up, daemon=True, name="distributed-join-deadline").start()
   try:
-    jax.distributed.initialize(coordinator_address=address, num_processes=n, process_id=i)
+    jax.distributed.initialize(coordinator_address=address, num_processes=n, process_id=i,
+                               initialization_timeout=int(timeout_s) + 60)
   except ValueError as e:  # jax, e.g. 'coordinator_address should be defined.' outside a known cluster
     if not auto:
       raise
     raise ValueError(f"--multihost: no SLURM, Open MPI or Cloud TPU environment gave what is missing ({e}); give "
                      "--coordinator_address, --num_processes and --process_id instead") from None
+  finally:
+    joined.set()
   return True
+
+
+def join_failure(address: str | None, num_processes: int | None, process_id: int | None, timeout_s: float) -> str:
+  """The one line of a start-up that timed out: how many processes joined, as far as this one can tell (jax reports
+  no count before all have joined: this one, and whether anything listens at the coordinator address), and where
+  it waited."""
+  where = address or "the coordinator address of the cluster environment"
+  n = num_processes if num_processes is not None else "?"
+  host, _, port = (address or "").rpartition(":")
+  listening = False
+  if host and port.isdigit():
+    try:
+      with socket.create_connection((host, int(port)), timeout=2):
+        listening = True
+    except OSError:
+      pass
+  if process_id == 0 or listening:
+    joined = "1 of 2 processes joined (this one, process 0)" if n == 2 and process_id == 0 else (
+        f"fewer than {n} processes joined (this one, process {process_id}, did" + (
+            "; the coordinator, process 0, is up)" if process_id != 0 else ")"))
+  else:
+    joined = (f"none of them could join: nothing listens at {where} (process 0, the coordinator, has not started, "
+              f"or the address is wrong; this is process {process_id})")
+  return (f"timed out after {timeout_s:g} s waiting for the {n} processes of the run at coordinator {where}: "
+          f"{joined}; start every process with the same --coordinator_address and --num_processes, or raise "
+          "--distributed_timeout")

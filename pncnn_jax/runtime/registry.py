@@ -16,9 +16,13 @@ from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar
 
 # The extensions a registry imports on a miss, by module name (big_vision's importlib-by-name, not a static import).
-EXTENSIONS: tuple[str, ...] = ("pncnn_jax.flow",)
+EXTENSIONS: tuple[str, ...] = ("pncnn_jax.flow", "pncnn_jax.baselines")
 
 _loaded = False
+
+# index name -> the registry created with that `index=`: lets a lower layer (pncnn_jax.from_config's table of config
+# fields) check a name against a registry defined above it (the metric sets of pncnn_jax.evaluate) without importing it.
+INDEX: dict[str, "Registry"] = {}
 
 T = TypeVar("T")
 
@@ -38,11 +42,14 @@ class Registry(Mapping[str, T], Generic[T]):
 
   Args:
     what: what an entry is, for messages ('loss', 'model variant', ...).
+    index: also list the registry as `INDEX[index]` (a name other layers may look it up by).
   """
 
-  def __init__(self, what: str):
+  def __init__(self, what: str, index: str | None = None):
     self.what = what
     self._entries: dict[str, T] = {}
+    if index is not None:
+      INDEX[index] = self
 
   def register(self, name: str, entry: T) -> T:
     """Adds `entry` under `name`; a name registered twice with another entry is a ValueError."""

@@ -3,16 +3,21 @@ markdown tables of its evaluations (`markdown_table`).
 
 `write_config` writes the config a run starts with and refuses a workdir that holds a run of another variant;
 `MetricWriter` appends one JSON object per line ({"step", "split", "time", ...metrics}) and mirrors the scalars to
-TensorBoard when tensorboardX is installed.
+TensorBoard when tensorboardX is installed. `WorkdirLock` makes a workdir one run's: an exclusive `flock` on the
+workdir folder itself (the kernel drops it when the process ends, however it ends, so a dead run never blocks the
+next), with `<workdir>/RUNNING` naming the holder (pid, host, start time) while it runs.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import math
 import os
 import pathlib
+import socket
 import time
 from typing import Any, Mapping
 
@@ -21,6 +26,72 @@ import ml_collections
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+RUNNING_FILE = "RUNNING"
+
+
+class WorkdirBusyError(ValueError):
+  """Another training process holds the workdir (`WorkdirLock`): train.py prints it in one line, exit status 2."""
+
+
+class WorkdirLock:
+  """One training run per workdir: an exclusive, non-blocking `flock` on the workdir folder.
+
+  `acquire()` takes it (or raises `WorkdirBusyError` naming the holder's pid and host from `<workdir>/RUNNING`) and
+  writes RUNNING; `release()` removes RUNNING and drops the lock. The lock is on the folder, not on a file that could
+  be replaced, and the kernel releases it when the process dies (SIGKILL included), so a stale RUNNING file of a
+  dead run is simply overwritten. Readers (eval.py, predict) take no lock and are never blocked. On a file system
+  without flock (some network mounts) the run goes on with a warning, unprotected. Usable as a context manager.
+  """
+
+  def __init__(self, workdir: str | os.PathLike):
+    self.workdir = pathlib.Path(workdir)
+    self.info = self.workdir / RUNNING_FILE
+    self._fd: int | None = None
+
+  def acquire(self) -> WorkdirLock:
+    fd = os.open(self.workdir, os.O_RDONLY)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      os.close(fd)
+      if e.errno in (errno.EWOULDBLOCK, errno.EACCES):
+        raise WorkdirBusyError(f"--workdir {self.workdir} is in use by another training run ({self._holder()}); "
+                               "wait for it to end or choose another --workdir") from None
+      log.warning("%s: cannot lock the workdir (%s); two runs here would not be stopped", self.workdir, e)
+      return self
+    self._fd = fd
+    try:
+      self.info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                       "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+    except OSError:
+      self.release()
+      raise
+    return self
+
+  def _holder(self) -> str:
+    try:
+      info = json.loads(self.info.read_text())
+      return f"pid {info['pid']} on host {info['host']}, started {info['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+      return f"no readable {self.info}"
+
+  def release(self) -> None:
+    if self._fd is None:
+      return
+    try:
+      self.info.unlink(missing_ok=True)
+    except OSError:
+      pass
+    fcntl.flock(self._fd, fcntl.LOCK_UN)
+    os.close(self._fd)
+    self._fd = None
+
+  def __enter__(self) -> WorkdirLock:
+    return self.acquire()
+
+  def __exit__(self, *exc) -> None:
+    self.release()
 
 
 
@@ -90,21 +161,47 @@ def _jsonable(v: Any) -> Any:
   return v
 
 
+def check_config_file(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> bool:
+  """Whether `<workdir>/config.json` differs from `config` (False when there is none); a ValueError naming the
+  file if it holds a run of another variant. Reads only."""
+  path = workdir / "config.json"
+  new = json.loads(config.to_json_best_effort())
+  if not path.exists():
+    return False
+  try:
+    old = json.loads(path.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError):
+    old = None
+  if not isinstance(old, dict) or old == new:
+    return False
+  if old.get("variant") != new.get("variant"):
+    raise ValueError(f"{path} holds a run of variant {old.get('variant')!r}, but config.variant is "
+                     f"{new.get('variant')!r}: use another --workdir")
+  return True
+
+
 def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
   """Writes `<workdir>/config.json`; a ValueError if it holds a run of another variant, a warning if it differs."""
   path = workdir / "config.json"
+  if check_config_file(config, workdir):
+    log.warning("config differs from the one in %s; resuming with the new config", path)
   new = json.loads(config.to_json_best_effort())
-  if path.exists():
-    try:
-      old = json.loads(path.read_text())
-    except json.JSONDecodeError:
-      old = None
-    if old is not None and old != new:
-      if old.get("variant") != new.get("variant"):
-        raise ValueError(f"{workdir} holds a run of variant {old.get('variant')!r}, but config.variant is "
-                         f"{new.get('variant')!r}: use another --workdir")
-      log.warning("config differs from the one in %s; resuming with the new config", path)
   path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+
+
+def check_writable(folder: str | os.PathLike) -> None:
+  """An OSError naming the path when `folder` (existing or to be created) cannot be written: the first existing
+  folder on its path is a file (ENOTDIR) or not writable (EACCES, EROFS)."""
+  path = pathlib.Path(os.path.abspath(os.fspath(folder)))
+  probe = path
+  while not probe.exists() and probe != probe.parent:
+    probe = probe.parent
+  if not probe.is_dir():
+    raise OSError(errno.ENOTDIR, f"{probe} is a file, not a folder", str(path))
+  if not os.access(probe, os.W_OK | os.X_OK):
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(probe))
+  if hasattr(os, "statvfs") and os.statvfs(probe).f_flag & getattr(os, "ST_RDONLY", 1):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(probe))
 
 
 def format_value(v: Any, digits: int = 4) -> str:

@@ -2,7 +2,10 @@
 
 One jitted step (pncnn_jax.training.step), data-parallel over every device of every host (pncnn_jax.runtime.sharding):
 the global batch sharded on the mesh axis 'data', the TrainState replicated. Under `jit` the loss and the BatchNorm
-statistics are means over the global batch, so the result does not depend on the device count.
+statistics are means over the global batch, so the mathematical result does not depend on the device count; the
+floating-point one does: the order of the summations (per device, then across devices) changes with it, and
+training amplifies those last-bit differences (1- and 2-device runs of the same config differ visibly after ~16
+steps). A run is bit-reproducible on the same device count, platform and version.
 
 A config with an `ensemble` block (configs/ensemble_synthetic.py) trains K members in the same loop: the state
 carries a leading member axis, the step is `ensemble_train.ensemble_train_step` (the single-model step vmapped over
@@ -12,6 +15,8 @@ evaluates every member and fusion rule, and the best checkpoint is the one with 
 
 A run lives in its workdir:
   config.json                    the config it was started with (a run of another variant here is an error)
+  RUNNING                        while a training runs: its pid, host and start (pncnn_jax.runtime.run_files:
+                                 one run per workdir, a second train.py there stops at once, readers are not held)
   metrics.jsonl                  one JSON object per line: {"step", "split": "train" | "val", ...metrics}
   checkpoints/<step>/            orbax (pncnn_jax.checkpoints.manager): the latest `max_to_keep` and the best by
                                  validation RMSE; metadata holds the variant, config and data position
@@ -19,7 +24,10 @@ A run lives in its workdir:
   ensemble_eval.{json,md}        ensembles: the final evaluation of every member and fusion rule
 
 Rerunning the same command resumes exactly: parameters, optimizer and BatchNorm state, step (hence the learning
-rate, a function of the step) and the position of the data stream are restored from the latest checkpoint.
+rate, a function of the step) and the position of the data stream are restored from the latest checkpoint. A
+latest step that cannot be restored (a truncated file) stops the run with one line naming the file and the newest
+intact step; `allow_fallback` (train.py --allow_fallback) resumes from that step instead, setting the later ones
+aside (`<step>.unrestorable`). Rerunning a finished run changes nothing and says where its results are.
 After every step the loss, the gradients (and their norm), the parameters (and their norm) and the BatchNorm
 statistics are checked (`train_step.state_is_finite`); a failure, or non-finite validation predictions, stops the
 run with `FloatingPointError` before anything is saved, so every checkpoint passes the check and the latest is the
@@ -91,7 +99,7 @@ def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.Tr
   """The initial TrainState of a single model (params from `config.seed`, Adam with the StepLR schedule)."""
   model = from_config.build_model(config)
   variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
-  state = ts.create_train_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
+  state = ts.create_train_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1], config.seed)
   return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
 
 
@@ -261,12 +269,14 @@ def _last_good(ckpt: checkpointing.Checkpointer) -> str:
 
 
 def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], config, workdir: pathlib.Path,
-            mesh: Mesh) -> tuple[_Job, ts.TrainState]:
+            mesh: Mesh, allow_fallback: bool = False) -> tuple[_Job, ts.TrainState]:
   """(job, the latest checkpoint's state), once its metadata says it was trained as `config` says (checked before
-  the job is built) and its values are finite; without a checkpoint, (job, the initial state replicated)."""
+  the job is built) and its values are finite; without a checkpoint, (job, the initial state replicated). A latest
+  step that cannot be restored is a CheckpointCorruptError, or with `allow_fallback` the newest intact step is
+  resumed from and the later ones set aside."""
   latest = ckpt.latest_step()
   if latest is not None:
-    meta = ckpt.restore_metadata(latest)
+    meta = ckpt.restore_metadata(latest, allow_fallback=allow_fallback)
     identity_lib.check_identity(identity_lib.checkpoint_identity(meta), identity_lib.identity(config),
                               what=f"checkpoint {latest} in {workdir}", source="its metadata",
                               remedy="use another --workdir")
@@ -274,39 +284,93 @@ def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], conf
   if latest is None:
     return job, sharding.replicate(job.state, mesh)
   target = checkpointing.abstract_like(ts.state_to_tree(job.state), sharding.replicated(mesh))
-  state = ts.tree_to_state(job.state, ckpt.restore(latest, target=target)[0])
+  tree, meta = ckpt.restore(latest, target=target, allow_fallback=allow_fallback)
+  state = ts.tree_to_state(job.state, tree)
+  restored = int(np.ravel(np.asarray(jax.device_get(state.step)))[0])
+  if restored != latest:  # --allow_fallback: the later steps cannot be restored; make room to save them again
+    moved = ckpt.set_aside([s for s in ckpt.all_steps() if s > restored]) if jax.process_index() == 0 else []
+    log.warning("resuming from step %d; set aside the step(s) that cannot be restored: %s", restored,
+                ", ".join(map(str, moved)))
   if not bool(jax.device_get(ts.state_is_finite(state))):  # an ensemble: all members at once
-    earlier = [s for s in ckpt.all_steps() if s < latest]
+    earlier = [s for s in ckpt.all_steps() if s < restored]
     raise FloatingPointError(
-        f"checkpoint {latest} in {workdir} holds non-finite or overflowing parameters or BatchNorm statistics: the "
-        f"run diverged before it was saved. To resume from an earlier step, remove {ckpt.directory / str(latest)}"
+        f"checkpoint {restored} in {workdir} holds non-finite or overflowing parameters or BatchNorm statistics: the "
+        f"run diverged before it was saved. To resume from an earlier step, remove {ckpt.directory / str(restored)}"
         + (f" (earlier steps: {earlier})" if earlier else " (no earlier step: use a new --workdir)")
         + " and lower config.learning_rate.")
-  job.on_restore(meta, latest)
-  log.warning("resumed from step %d in %s", latest, workdir)
+  job.on_restore(meta, restored)
+  log.warning("resumed from step %d in %s", restored, workdir)
   return job, state
 
 
+def _finished(ckpt: checkpointing.Checkpointer, config, workdir: pathlib.Path, total_steps: int
+              ) -> dict[str, Any] | None:
+  """For a run whose latest checkpoint is its last step: {'step', 'finished': True, 'val' (its last validation
+  row of metrics.jsonl, if any), 'best_step', 'results' (where they are)}; else None."""
+  latest = ckpt.latest_step()
+  if latest is None or latest < total_steps:
+    return None
+  meta = ckpt.restore_metadata(latest)
+  identity_lib.check_identity(identity_lib.checkpoint_identity(meta), identity_lib.identity(config),
+                              what=f"checkpoint {latest} in {workdir}", source="its metadata",
+                              remedy="use another --workdir")
+  val, metrics_file = {}, workdir / "metrics.jsonl"
+  if metrics_file.exists():
+    for line in metrics_file.read_text(encoding="utf-8").splitlines():
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if isinstance(row, dict) and row.get("split") == "val" and row.get("step") == latest:
+        val = row
+  results = [str(metrics_file)] + [str(p) for p in sorted(workdir.glob("ensemble_eval.*"))]
+  return {"step": latest, "finished": True, "val": val, "best_step": ckpt.best_step(), "results": results}
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
-                       *, stop_after_steps: int | None = None) -> dict[str, Any]:
+                       *, stop_after_steps: int | None = None, allow_fallback: bool = False) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming from its latest checkpoint), validating every epoch.
 
   Args:
     config: a config of configs/*.py; with an `ensemble` block, K members are trained together.
-    workdir: the run directory (created if missing).
+    workdir: the run directory (created if missing). One training at a time: process 0 locks it
+      (`run_files.WorkdirLock`; another holder is a `run_files.WorkdirBusyError`).
     stop_after_steps: testing hook: return after this many steps of *this* call, as a kill would (no final save
       beyond the periodic ones).
+    allow_fallback: resume from the newest intact checkpoint when the latest cannot be restored (with a warning).
 
   Returns:
     the last validation summary ({'step', 'val': {...}}, for an ensemble also 'rows': every member and fusion
-    rule), or {} if no validation ran.
+    rule), or {} if no validation ran; for a run that had finished already, {'step', 'finished': True, 'val' (its
+    last validation row), 'best_step', 'results' (the files holding them)}.
   """
   from_config.check_config(config)  # ConfigError (a ValueError) before anything is created
   from_config.check_data(config)  # DatasetNotFoundError, likewise
   workdir = pathlib.Path(os.path.abspath(os.fspath(workdir)))
   if workdir.exists() and not workdir.is_dir():
     raise ValueError(f"--workdir {workdir} is a file, not a folder")
+  run_files.check_config_file(config, workdir)  # config.json of another variant: nothing written yet
+  created = not workdir.exists()
   workdir.mkdir(parents=True, exist_ok=True)
+  lock = run_files.WorkdirLock(workdir) if jax.process_index() == 0 else None
+  try:
+    if lock is not None:
+      lock.acquire()
+  except run_files.WorkdirBusyError:
+    raise
+  except BaseException:
+    if created:
+      workdir.rmdir()
+    raise
+  try:
+    return _train(config, workdir, stop_after_steps, allow_fallback)
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_steps: int | None,
+           allow_fallback: bool) -> dict[str, Any]:
   loss_name = from_config.variant_loss(config)
   mesh = sharding.make_mesh()
   sharding.check_batch_size(config.batch_size, mesh)
@@ -318,8 +382,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   schedule = _schedule_and_tx(config, spe)[0]
   ckpt = checkpointing.Checkpointer(workdir, max_to_keep=config.max_to_keep, keep_best=True, best_metric="rmse")
   try:
+    done = _finished(ckpt, config, workdir, total_steps)
+    if done is not None:
+      log.warning("the run in %s had finished already (step %d of %d): nothing to do", workdir, done["step"],
+                  total_steps)
+      ckpt.close()
+      return done
     job, state = _resume(ckpt, lambda: (_ensemble_job(config, mesh, spe, loss_name, workdir) if is_ensemble
-                                        else _single_job(config, mesh, spe, loss_name)), config, workdir, mesh)
+                                        else _single_job(config, mesh, spe, loss_name)), config, workdir, mesh,
+                         allow_fallback)
   except BaseException:
     ckpt.close()  # no orbax thread left behind to print after the message
     raise

@@ -1,6 +1,7 @@
 """pncnn_jax.checkpoints.manager: retention (latest N + best RMSE), resume after a crash, sharded restore, errors."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -300,3 +301,78 @@ def test_training_survives_concurrent_readers(tmp_path):
       state, meta = ckpt.restore(s)
       assert int(state["step"]) == s == meta["step"]
       assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Issue 39: checkpoints fail soft, readers restore the model only, full disks are OSErrors.
+
+
+def _truncate_data(step_dir):
+  """Truncates the data files of a step's state (what a crash of the disk, not of orbax, leaves)."""
+  files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+  assert files
+  for p in files:
+    with open(p, "r+b") as f:
+      f.truncate(10)
+  return files
+
+
+def test_a_step_that_cannot_be_restored_names_the_file_and_the_newest_intact_step(tmp_path, caplog):
+  workdir = tmp_path / "run"
+  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+    for step in (1, 2, 3):
+      ckpt.save(step, make_state(step), {"step": step}, {"rmse": 1.0 / step})
+  d = workdir / "checkpoints"
+  truncated = _truncate_data(d / "3")
+  (d / "2" / "meta" / "metadata").write_text('{"step": 2, garbled')
+  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+    with pytest.raises(checkpointing.CheckpointCorruptError) as e:
+      ckpt.restore("latest")
+    msg = str(e.value)
+    assert msg.startswith(f"checkpoint step 3 in {d} cannot be restored: ") and "(truncated or corrupt)" in msg, msg
+    assert any(str(p) in msg for p in truncated), msg
+    assert msg.endswith(f"; the newest intact step is 1: pass --allow_fallback to use it, or remove {d / '3'}"), msg
+    with pytest.raises(checkpointing.CheckpointCorruptError, match=re.escape(
+        f"checkpoint step 2 in {d} cannot be restored: {d / '2' / 'meta' / 'metadata'}: not valid JSON")):
+      ckpt.restore_metadata(2)
+    tree, meta = ckpt.restore("latest", allow_fallback=True)
+    assert meta == {"step": 1} and float(tree["params"]["w"][0, 0]) == 1.0
+    assert "using the newest intact step, 1, instead (--allow_fallback)" in caplog.text
+  with pytest.raises(checkpointing.CheckpointCorruptError, match="the newest intact step is 1"):
+    checkpointing.restore_variables(workdir, step="best")  # best = 3 (lowest rmse)
+  variables, meta = checkpointing.restore_variables(workdir, step="best", allow_fallback=True)
+  assert meta == {"step": 1} and set(variables) == {"params", "batch_stats"}
+  with pytest.raises(checkpointing.CheckpointCorruptError, match=re.escape(f"checkpoint {d / '3'} cannot be restored")):
+    checkpointing.restore_variables(d / "3")
+  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:  # a training that fell back
+    moved = ckpt.set_aside([2, 3])
+    assert [p.name for p in moved] == ["2.unrestorable", "3.unrestorable"] and ckpt.all_steps() == [1]
+    ckpt.save(2, make_state(2), {"step": 2})  # the step can be written again
+    assert ckpt.all_steps() == [1, 2]
+
+
+def test_readers_restore_only_the_model_variables(tmp_path):
+  workdir = tmp_path / "run"
+  state = make_state(5)
+  state["opt_state"] = {"mu": jnp.ones((2, 3)), "count": jnp.asarray(7)}
+  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+    ckpt.save(5, state, {"step": 5})
+  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+    tree, _ = ckpt.restore(5, model_only=True)
+    assert set(tree) == {"params", "batch_stats"}  # the optimizer state is not read
+    full, _ = ckpt.restore(5)
+    assert set(full) == {"params", "batch_stats", "opt_state", "step"}
+  for path in (workdir, workdir / "checkpoints" / "5"):
+    variables, _ = checkpointing.restore_variables(path, step="latest")
+    assert set(variables) == {"params", "batch_stats"} and float(variables["params"]["w"][0, 0]) == 5.0
+
+
+def test_a_full_disk_during_a_save_is_an_oserror_naming_the_file():
+  """What tensorstore raised under orbax on a full tmpfs (issue 39: one useful line among 212 tracebacks)."""
+  path = "/runs/x/checkpoints/1.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/d/856365f8"
+  err = checkpointing.disk_error(ValueError(
+      f'RESOURCE_EXHAUSTED: Failed writing: "{path}": Failed to write 2103 bytes to file 7: No space left on device '
+      "[os_error_code='28']"))
+  assert isinstance(err, OSError) and err.errno == 28 and err.filename == path
+  assert err.strerror == os.strerror(28)
+  assert checkpointing.disk_error(ValueError("INVALID_ARGUMENT: something else")) is None

@@ -31,7 +31,7 @@ from pncnn_jax.checkpoints import manager as checkpointing
 from pncnn_jax.runtime import distributed
 from pncnn_jax.training import loop as train
 
-from conftest import REPO
+from conftest import REPO, TEST_XLA_FLAGS
 
 CONFIG = "configs/synthetic.py:ncnn"
 OVERRIDES = {
@@ -83,11 +83,12 @@ def _launch(launched, workdir, log_dir, tag, stall_file=None) -> list[subprocess
   """Starts the 2 processes of train.py on a fresh port; their stdout/stderr go to `log_dir/<tag>.<i>.{out,err}`."""
   port = _free_port()
   args = [f"--config={CONFIG}", f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in OVERRIDES.items()),
-          f"--coordinator_address=localhost:{port}", "--num_processes=2"]
+          f"--coordinator_address=localhost:{port}", "--num_processes=2",
+          "--distributed_timeout=120"]  # a loaded test machine may start the two far apart
   procs = []
   for i in range(2):
     env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", PNCNN_NO_HUGEPAGES="1",
-               XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               XLA_FLAGS=TEST_XLA_FLAGS.replace("device_count=2", "device_count=1"),  # one device per process
                JAX_COMPILATION_CACHE_DIR=str(REPO / ".jax_cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
     if stall_file is not None and i == 1:
       env.update(PNCNN_TEST_STALL_AT=str(KILL_AFTER), PNCNN_TEST_STALL_FILE=str(stall_file))

@@ -1,0 +1,75 @@
+"""pncnn_jax.runtime.run_files: one training per workdir (WorkdirLock), writable places, config.json checks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from pncnn_jax.runtime import run_files
+
+from conftest import REPO
+
+HOLD = """
+import sys, time
+from pncnn_jax.runtime import run_files
+run_files.WorkdirLock(sys.argv[1]).acquire()
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_holder_is_refused_and_named(tmp_path):
+  with run_files.WorkdirLock(tmp_path) as first:
+    info = json.loads((tmp_path / run_files.RUNNING_FILE).read_text())
+    assert info["pid"] == os.getpid()
+    with pytest.raises(run_files.WorkdirBusyError, match=rf"--workdir {tmp_path} is in use by another training run "
+                       rf"\(pid {os.getpid()} on host "):
+      run_files.WorkdirLock(tmp_path).acquire()
+    assert first.info.exists()
+  assert not (tmp_path / run_files.RUNNING_FILE).exists()
+  with run_files.WorkdirLock(tmp_path):  # released: the next run takes it
+    pass
+
+
+def test_a_killed_holder_leaves_no_lock(tmp_path):
+  """SIGKILL leaves a stale RUNNING file but no lock (the kernel drops a dead process's flock): the next run goes
+  on and replaces the file."""
+  p = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+  try:
+    assert p.stdout.readline().strip() == "locked"
+    with pytest.raises(run_files.WorkdirBusyError, match=f"pid {p.pid} on host"):
+      run_files.WorkdirLock(tmp_path).acquire()
+  finally:
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+  assert json.loads((tmp_path / run_files.RUNNING_FILE).read_text())["pid"] == p.pid  # stale
+  with run_files.WorkdirLock(tmp_path):
+    assert json.loads((tmp_path / run_files.RUNNING_FILE).read_text())["pid"] == os.getpid()
+
+
+def test_check_writable_names_the_path(tmp_path):
+  (tmp_path / "f").write_text("x")
+  run_files.check_writable(tmp_path / "new" / "deeper")  # creatable: fine, nothing created
+  assert not (tmp_path / "new").exists()
+  with pytest.raises(OSError) as e:
+    run_files.check_writable(tmp_path / "f" / "sub")
+  assert e.value.filename == str(tmp_path / "f" / "sub")
+  assert e.value.strerror == f"{tmp_path / 'f'} is a file, not a folder"
+  if os.geteuid() != 0:  # root writes anywhere
+    (tmp_path / "ro").mkdir(mode=0o500)
+    with pytest.raises(PermissionError) as e:
+      run_files.check_writable(tmp_path / "ro" / "out")
+    assert e.value.filename == str(tmp_path / "ro")
+
+
+def test_config_json_of_another_variant_names_the_file(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps({"variant": "pncnn"}))
+  config = ml_collections.ConfigDict({"variant": "ncnn"})
+  with pytest.raises(ValueError, match=f"^{tmp_path / 'config.json'} holds a run of variant 'pncnn', but "):
+    run_files.check_config_file(config, tmp_path)
+  assert not run_files.check_config_file(config, tmp_path / "none")
