@@ -7,7 +7,7 @@ PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3 p
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then echo $$p; break; fi; done)
 PYTEST_ARGS ?=
 
-.PHONY: venv lint docs test demo bench clean
+.PHONY: venv lint docs test demo bench clean onnx
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.11 found (set PYTHON=...)"; exit 1; }
@@ -17,6 +17,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The ONNX route of `python -m pncnn_jax.export` (docs/deploy/export.md): the `onnx` extra, then jax2onnx without
+# its dependencies (it pins an orbax-checkpoint older than ours, which its converter does not use; pyproject.toml).
+onnx: venv
+	$(PY) -m pip install -q -e '.[onnx]'
+	$(PY) -m pip install -q --no-deps jax2onnx==0.17.1
+	$(PY) -c 'from pncnn_jax.inference import export; export._jax2onnx(); import onnxruntime; print("ONNX route installed")'
 
 # pyflakes and pycodestyle errors, lines <= 120 characters (pyproject.toml [tool.ruff]); under a second.
 lint: venv

@@ -8,7 +8,7 @@ Sparse depth in metres in; dense depth in metres and a per-pixel uncertainty out
   data/         KITTI-Depth and NYU-v2 TFDS builders, synthetic LiDAR scenes, the grain pipeline, file IO
   checkpoints/  orbax checkpoints, `load` of any checkpoint, official PyTorch checkpoints without torch
   training/     the pure train step and the resumable loop (train.py); ensemble/: members and fusion
-  inference/    predict (files and arrays) and export (StableHLO, ONNX)
+  inference/    Completer (one call: sparse metres -> depth and sigma in metres), predict (files) and export
   runtime/      flags, host memory, compilation cache, multi-process start-up, sharding, registries
   pretrained/   the models pncnn_jax trained itself, by name: 'synthetic:<name>'
   flow/         the sparse optical-flow extension (registers itself); experiments/: the paper's claims
@@ -32,6 +32,8 @@ _EXPORTS = {
     "load_config": "pncnn_jax.from_config",
     "train_and_evaluate": "pncnn_jax.training.loop",
     "predict_array": "pncnn_jax.inference.predict",
+    "Completer": "pncnn_jax.inference.completer",
+    "Completion": "pncnn_jax.inference.completer",
     "make_iterator": "pncnn_jax.data",
 }
 

@@ -1,7 +1,7 @@
 r"""Export a trained model for deployment: a serialized StableHLO module and an ONNX file, at a fixed H x W.
 
   python -m pncnn_jax.export --checkpoint PATH --output DIR --height H --width W [--variant NAME]
-      [--formats stablehlo,onnx] [--platforms cpu,cuda] [--onnx_batch 1]
+      [--formats auto|stablehlo,onnx] [--platforms cpu,cuda] [--onnx_batch 1]
 
 PATH is anything the one checkpoint loader (`pncnn_jax.checkpoints.loader.load`) takes: a pncnn_jax checkpoint (training
 workdir -> its best step, a step directory, a converted model directory), an official `.pth.tar` / `.npz` (then
@@ -15,8 +15,21 @@ Writes into DIR:
   pncnn.onnx        ONNX (opset 23) through jax2onnx, at the fixed batch --onnx_batch (jax2onnx 0.17.1 mis-traces
                     the batch concatenation of `layers.nconv` under a symbolic batch, so the ONNX batch is fixed).
                     The NConv layers are plain `Conv` nodes there and the sigmoid/softplus heads are written out
-                    from Exp/Log (`onnx_tracing`). Needs the `onnx` extra (docs/deploy/export.md).
+                    from Exp/Log (`onnx_tracing`). One self-contained file (the weights inside, no .onnx.data).
+                    Needs the `onnx` extra: `make onnx` (docs/deploy/export.md).
   export.json       the sidecar: input size, variant, loss, the input and output names, shapes and units.
+
+--formats auto (the default) writes every format the installed packages allow: StableHLO always, ONNX when
+jax2onnx imports (`make onnx`), and says which it skipped and how to install it. A format named in --formats
+that cannot be written is an error, before anything is written.
+
+The output directory is the export's own: DIR must be new, empty, or a previous export (a directory holding only
+an export.json this command wrote, pncnn.stablehlo and pncnn.onnx); anything else is refused with one line, as
+`python -m pncnn_jax.convert` refuses a non-empty output, so a user's files are never replaced. Each file is
+written under a temporary name in DIR and renamed into place once complete (the sidecar last), so an
+interrupted or failed export (a full disk, a read-only folder: one line naming the path) leaves no truncated file
+under a final name; artifacts of a previous export that this one does not write (its ONNX file when this one
+writes StableHLO only) are removed, so the sidecar always describes what DIR holds.
 
 Input `sparse_depth`: (B, H, W, 1) float32, metres, 0 = no measurement. Outputs, in this order, both (B, H, W, 1)
 float32 (NHWC):
@@ -33,6 +46,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import pathlib
 import sys
 import time
@@ -48,9 +62,12 @@ INPUT_NAME = "sparse_depth"
 OUTPUT_NAMES = ("depth", "confidence")
 STABLEHLO_FILE, ONNX_FILE, SIDECAR_FILE = "pncnn.stablehlo", "pncnn.onnx", "export.json"
 FORMATS = ("stablehlo", "onnx")
+WRITTEN_BY = "pncnn_jax.export"  # the sidecar's `written_by`: how a later export recognises its own directory
+TMP_PREFIX = ".export-tmp-"  # files being written: DIR/.export-tmp-<pid>-<name>, renamed to <name> when complete
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 MIN_SIZE = 8  # three 2x2 poolings
 JAX2ONNX_VERSION = "0.17.1"
+ONNX_INSTALL = f"make onnx (pip install 'pncnn_jax[onnx]' && pip install --no-deps jax2onnx=={JAX2ONNX_VERSION})"
 
 # What the `confidence` output is, by training loss (pncnn_jax.evaluate's module doc).
 _PRECISION = ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)")
@@ -104,8 +121,7 @@ def _jax2onnx():
   try:
     from jax2onnx import to_onnx  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    raise ImportError(f"--formats onnx needs jax2onnx and onnxruntime: pip install 'pncnn_jax[onnx]' && "
-                      f"pip install --no-deps jax2onnx=={JAX2ONNX_VERSION} ({e})") from e
+    raise ImportError(f"--formats onnx needs jax2onnx and onnxruntime: {ONNX_INSTALL} ({e})") from e
   from jax._src import core as jax_src_core  # pylint: disable=g-import-not-at-top
   if not hasattr(jax_src_core, "ClosedJaxpr"):
     from jax.extend import core as jax_ext_core  # pylint: disable=g-import-not-at-top
@@ -157,12 +173,15 @@ def export_onnx(fn: Callable, path: str | pathlib.Path, height: int, width: int,
                 model_name: str = "pncnn") -> str:
   """Writes `fn` as ONNX for a fixed (batch, height, width, 1) float32 input; returns the path.
 
-  `fn` is traced afresh under `onnx_tracing()`: pass a function that no `jax.jit` has traced before.
+  `fn` is traced afresh under `onnx_tracing()`: pass a function that no `jax.jit` has traced before. The file is
+  self-contained (jax2onnx's export_mode 'web': the weights inside, no `.onnx.data` sidecar, which jax2onnx's
+  default mode writes beside it once constants pass 1 MB, e.g. pNCNN at 352x1216), so it can be written under a
+  temporary name, renamed and moved on its own.
   """
   to_onnx = _jax2onnx()
   with onnx_tracing(), _quiet_onnx_ir():
     to_onnx(fn, [(batch, height, width, 1)], model_name=model_name, input_names=[INPUT_NAME],
-            output_names=list(OUTPUT_NAMES), return_mode="file", output_path=str(path))
+            output_names=list(OUTPUT_NAMES), return_mode="file", output_path=str(path), export_mode="web")
   return str(path)
 
 
@@ -189,6 +208,7 @@ def sidecar(variant: str, loss: str, height: int, width: int, *, formats: tuple[
   if "onnx" in formats:
     files["onnx"] = {"file": ONNX_FILE, "batch": onnx_batch, "opset": 23, "converter": f"jax2onnx {JAX2ONNX_VERSION}"}
   return {
+      "written_by": WRITTEN_BY,
       "variant": variant,
       "loss": loss,
       "checkpoint": checkpoint,
@@ -207,40 +227,144 @@ def sidecar(variant: str, loss: str, height: int, width: int, *, formats: tuple[
   }
 
 
+def available_formats() -> tuple[tuple[str, ...], dict[str, str]]:
+  """(the formats the installed packages can write, {skipped format: why and how to install it}).
+
+  StableHLO needs only jax; ONNX needs jax2onnx (the `onnx` extra, `make onnx`)."""
+  try:
+    _jax2onnx()
+  except ImportError as e:
+    return ("stablehlo",), {"onnx": f"the ONNX converter does not import ({e.__cause__ or e}); install it with "
+                                    f"{ONNX_INSTALL}"}
+  return FORMATS, {}
+
+
+def check_output_dir(output_dir: str | os.PathLike) -> list[pathlib.Path]:
+  """Refuses an --output that is a file or holds files this command did not write; returns the files of a
+  previous export in it (to be replaced or removed), [] for a new or empty directory.
+
+  A previous export is recognised by its export.json (`written_by` = pncnn_jax.export, or the sidecar's input
+  name, for exports written before `written_by`): DIR may then hold that sidecar, pncnn.stablehlo, pncnn.onnx
+  (pncnn.onnx.data, which older exports wrote beside it) and our temporary files (a killed export's), nothing else.
+  """
+  out = pathlib.Path(output_dir)
+  if out.exists() and not out.is_dir():
+    raise FileExistsError(f"--output {out} is a file, not a directory: name a new or empty directory")
+  if not out.is_dir():
+    return []
+  try:
+    entries = sorted(out.iterdir())
+  except OSError as e:
+    raise OSError(f"--output {out}: cannot list it ({e.strerror or e})") from None
+  if not entries:
+    return []
+  ours = set()
+  try:
+    meta = json.loads((out / SIDECAR_FILE).read_text())
+    if isinstance(meta, dict) and (meta.get("written_by") == WRITTEN_BY
+                                   or (meta.get("input") or {}).get("name") == INPUT_NAME):
+      ours = {SIDECAR_FILE, STABLEHLO_FILE, ONNX_FILE, ONNX_FILE + ".data"}  # .data: an older export's ONNX weights
+  except (OSError, ValueError, AttributeError):
+    pass
+  foreign = [e.name for e in entries if e.name not in ours and not (e.name.startswith(TMP_PREFIX) and e.is_file())]
+  if foreign:
+    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    raise FileExistsError(f"--output {out} already holds files pncnn_jax.export did not write ({shown}); "
+                          f"name a new or empty directory (or a previous export's)")
+  return entries
+
+
 def export_checkpoint(checkpoint: str, output_dir: str, height: int, width: int, *, variant: str | None = None,
-                      formats: tuple[str, ...] = FORMATS, platforms: tuple[str, ...] = ("cpu", "cuda"),
+                      formats: tuple[str, ...] | None = None, platforms: tuple[str, ...] = ("cpu", "cuda"),
                       onnx_batch: int = 1, log: Callable[[str], None] = print,
                       allow_mismatch: bool = False) -> dict[str, Any]:
-  """What `python -m pncnn_jax.export` does; returns the sidecar dict (also written to DIR/export.json)."""
+  """What `python -m pncnn_jax.export` does; returns the sidecar dict (also written to DIR/export.json).
+
+  `formats` None: every format the installed packages allow (`available_formats`), logging what is skipped. The
+  output directory rules and the atomic writes are the module doc's (`check_output_dir`). Raises ValueError,
+  FileNotFoundError, FileExistsError (an --output that is not ours), ImportError (a format asked for whose
+  packages are missing) or OSError (a write that failed: a full disk, a read-only folder; named in the message).
+  """
   check_size("--height", height)
   check_size("--width", width)
   if onnx_batch < 1:
     raise ValueError(f"--onnx_batch must be >= 1, got {onnx_batch}")
+  previous = check_output_dir(output_dir)
   ckpt = load(checkpoint, variant, allow_mismatch)
-  if "onnx" in formats:
+  if formats is None:
+    formats, skipped = available_formats()
+    for name, why in skipped.items():
+      log(f"skipped {name}: {why}")
+  elif "onnx" in formats:
     _jax2onnx()  # fail before writing anything when the extra is missing
   model, variables, variant, loss = ckpt.build_model(), ckpt.variables, ckpt.variant, ckpt.loss
   if ckpt.ensemble_size is not None:
     raise ValueError(f"--checkpoint {checkpoint} is an ensemble of {ckpt.ensemble_size} models: export one member")
   fn = serving_fn(model, variables)
   out = pathlib.Path(output_dir)
-  out.mkdir(parents=True, exist_ok=True)
-  if "stablehlo" in formats:
-    t0 = time.perf_counter()
-    data = export_stablehlo(fn, height, width, platforms).serialize()
-    (out / STABLEHLO_FILE).write_bytes(data)
-    log(f"wrote {out / STABLEHLO_FILE} ({len(data) / 1e6:.2f} MB, {time.perf_counter() - t0:.1f} s)")
-  if "onnx" in formats:
-    t0 = time.perf_counter()
-    export_onnx(serving_fn(model, variables), out / ONNX_FILE, height, width, onnx_batch,
-                model_name=f"pncnn_{variant}")
-    log(f"wrote {out / ONNX_FILE} ({(out / ONNX_FILE).stat().st_size / 1e6:.2f} MB, "
-        f"{time.perf_counter() - t0:.1f} s)")
-  meta = sidecar(variant, loss, height, width, formats=formats, platforms=platforms, onnx_batch=onnx_batch,
-                 checkpoint=str(checkpoint))
-  (out / SIDECAR_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-  log(f"wrote {out / SIDECAR_FILE}")
+  created = [d for d in (out, *out.parents) if not d.exists()]  # removed again, if still empty, when this fails
+  tmp: dict[str, pathlib.Path] = {}  # final name -> temporary file, complete
+  done = False
+  try:
+    try:
+      out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+      raise OSError(f"--output {out}: cannot create it ({e.strerror or e})") from None
+    temp = lambda name: out / f"{TMP_PREFIX}{os.getpid()}-{name}"
+    if "stablehlo" in formats:
+      t0 = time.perf_counter()
+      data = export_stablehlo(fn, height, width, platforms).serialize()
+      tmp[STABLEHLO_FILE] = _write(temp(STABLEHLO_FILE), data, STABLEHLO_FILE)
+      log(f"exported StableHLO ({_size(len(data))}, {time.perf_counter() - t0:.1f} s)")
+    if "onnx" in formats:
+      t0 = time.perf_counter()
+      tmp[ONNX_FILE] = temp(ONNX_FILE)
+      try:
+        export_onnx(serving_fn(model, variables), tmp[ONNX_FILE], height, width, onnx_batch,
+                    model_name=f"pncnn_{variant}")
+      except OSError as e:
+        raise OSError(f"--output {out}: cannot write {ONNX_FILE} ({e.strerror or e})") from None
+      log(f"exported ONNX ({_size(tmp[ONNX_FILE].stat().st_size)}, {time.perf_counter() - t0:.1f} s)")
+    meta = sidecar(variant, loss, height, width, formats=formats, platforms=platforms, onnx_batch=onnx_batch,
+                   checkpoint=str(checkpoint))
+    tmp[SIDECAR_FILE] = _write(temp(SIDECAR_FILE), (json.dumps(meta, indent=2) + "\n").encode(), SIDECAR_FILE)
+    for name, path in tmp.items():  # the sidecar last: it never describes a file that is not complete
+      if name == SIDECAR_FILE:
+        for stale in previous:  # a previous export's files this one does not write, a killed export's temporaries
+          if stale.name not in tmp:
+            stale.unlink(missing_ok=True)
+            log(f"removed {stale} (left by a previous export; not part of this one)")
+      try:
+        os.replace(path, out / name)
+      except OSError as e:
+        raise OSError(f"--output {out / name}: cannot write it ({e.strerror or e})") from None
+      log(f"wrote {out / name}")
+    tmp.clear()
+    done = True
+  finally:
+    for path in tmp.values():
+      path.unlink(missing_ok=True)
+    for d in created if not done else ():
+      if d.is_dir() and not any(d.iterdir()):
+        d.rmdir()
   return meta
+
+
+def _size(n: int) -> str:
+  return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+def _write(path: pathlib.Path, data: bytes, name: str) -> pathlib.Path:
+  """Writes `data` to `path` (the temporary name of DIR/`name`) and flushes it to disk; an OSError names DIR."""
+  try:
+    with open(path, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+  except OSError as e:
+    path.unlink(missing_ok=True)
+    raise OSError(f"--output {path.parent}: cannot write {name} ({e.strerror or e})") from None
+  return path
 
 
 def check_size(flag: str, n: int) -> None:
@@ -265,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--height", type=int, required=True, help="input height H (fixed in the artifacts)")
   parser.add_argument("--width", type=int, required=True, help="input width W (fixed in the artifacts)")
   parser.add_argument("--variant", default=None, help=f"model variant, one of {sorted(models.VARIANTS)}")
-  parser.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated subset of {list(FORMATS)}")
+  parser.add_argument("--formats", default="auto",
+                      help=f"'auto' (every format the installed packages allow, saying what it skips) or a "
+                           f"comma-separated subset of {list(FORMATS)}")
   parser.add_argument("--platforms", default="cpu,cuda",
                       help=f"platforms of the StableHLO artifact, a comma-separated subset of {list(PLATFORMS)}")
   parser.add_argument("--onnx_batch", type=int, default=1, help="the fixed batch size of the ONNX model")
@@ -275,16 +401,19 @@ def main(argv: list[str] | None = None) -> int:
   try:
     if args.variant is not None and args.variant not in models.VARIANTS:
       raise ValueError(f"--variant {args.variant!r} is not one of {sorted(models.VARIANTS)}")
-    formats = _csv("--formats", args.formats, FORMATS)
+    formats = None if args.formats == "auto" else _csv("--formats", args.formats, FORMATS)
     platforms = _csv("--platforms", args.platforms, PLATFORMS)
     check_size("--height", args.height)
     check_size("--width", args.width)
     export_checkpoint(args.checkpoint, args.output, args.height, args.width, variant=args.variant,
                       formats=formats, platforms=platforms, onnx_batch=args.onnx_batch,
                       allow_mismatch=args.allow_mismatch)
-  except (ValueError, FileNotFoundError, ImportError) as e:
+  except (ValueError, FileNotFoundError, FileExistsError, ImportError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  except OSError as e:  # a full disk, a read-only folder: the messages above name the path
+    print(f"error: {e}", file=sys.stderr)
+    return 1
   return 0
 
 

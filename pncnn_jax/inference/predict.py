@@ -1,9 +1,11 @@
-r"""Depth completion with uncertainty on your own sparse depth maps.
+r"""Depth completion with uncertainty on your own sparse depth maps or point clouds.
 
   python -m pncnn_jax.predict --checkpoint PATH --input FILE_OR_DIR --output DIR [--input_format auto]
-      [--depth_scale M] [--output_format same] [--variant NAME]
+      [--depth_scale M] [--output_format same] [--variant NAME] [--no_preview] [--overwrite]
+  python -m pncnn_jax.predict --checkpoint PATH --points SCAN_OR_DIR --calib CALIB [--camera 02] --output DIR
 
-Input formats (`--input_format`; a directory is searched recursively for the format's files):
+Input formats (`--input_format`; a directory is searched recursively for the format's files, following
+symlinked folders; dangling links are named and skipped):
   kitti_png   16-bit PNG, KITTI depth completion: metres = value / 256 (--depth_scale 0.00390625)
   mm_png      16-bit PNG in millimetres, as ToF cameras and NYU-Depth-v2 exports write: metres = value / 1000
               (--depth_scale 0.001)
@@ -14,23 +16,34 @@ Input formats (`--input_format`; a directory is searched recursively for the for
 0 means no measurement in every format. `--depth_scale` (metres per stored unit) replaces the format's scale,
 e.g. 0.0001 for PNGs in tenths of a millimetre, or 0.001 for .npy arrays in millimetres. Each file is printed
 with the format, scale and depth range it was read as; depths beyond 1000 m or a median under 5 cm are refused
-as a wrong --input_format or --depth_scale.
+as a wrong --input_format or --depth_scale, a frame without any measurement is refused, and measurements beyond
+the depth range the model was trained on (100 m for the shipped synthetic models) get a warning naming the file.
+--points reads LiDAR point clouds instead (.bin KITTI Velodyne scans, .npy (N, 3|4) in metres) and projects them
+into camera --camera of --calib (a KITTI date folder or a YAML / JSON file; pncnn_jax.data.points).
 
 For every input it writes, under the same relative name in DIR:
-  <name>.png or <name>.npy  the completed depth, in `--output_format`: 'same' (default: the input's format and
-                           scale), kitti_png, mm_png (PNGs clip at the format's largest depth, 255.996 m and 65.535 m,
-                           with a warning; negative predictions -> 0) or npy (float32 (H, W) metres)
-  <name>_sigma.npy         float32 (H, W) predicted standard deviation in metres (models trained with a
-                           probabilistic loss; see pncnn_jax.evaluate), or
-  <name>_confidence.npy    float32 (H, W) the output confidence, for NCNN-style models without a calibrated sigma
+  <name>.png or <name>.npy  the completed depth, >= 0 (negative network outputs are clamped to 0 and counted on
+                           the file's line), in `--output_format`: 'same' (default: the input's format and unit;
+                           an .npy read with --depth_scale 0.001 is written in millimetres; point clouds: npy
+                           metres), kitti_png, mm_png (PNGs clip at the format's largest depth, 255.996 m and 65.535
+                           m, with a warning) or npy (float32 (H, W) metres); each file's line names the unit
+  <name>_sigma.npy         float32 (H, W) predicted standard deviation in metres, whatever the depth's unit (models
+                           trained with a probabilistic loss; see pncnn_jax.inference.completer), or
+  <name>_confidence.npy    float32 (H, W) the output confidence (unitless), for NCNN-style models without a sigma
   <name>_preview.png       a figure: the input, the depth and the uncertainty, with colour bars in their units
+                           (not with --no_preview)
 Any image size works: the input is zero-padded at the bottom and right to a multiple of 8 (--pad_multiple) and
 the outputs are cropped back. Padding has zero input confidence, but NConv spreads confidence into it, so
 predictions within a few pixels of the bottom/right border differ slightly from --pad_multiple 1, which runs
 the network at the image's own size exactly as the reference does (it handles any size).
+Every output is written under a temporary name and renamed when complete, so a file under its normal name is
+never truncated. An input whose outputs all exist is skipped (an interrupted run is rerun by repeating the
+command; --overwrite redoes them). Frames stream one at a time (memory does not grow with their number), with a
+progress bar (rate, time left) on stderr when it is a terminal, and a summary line on stdout at the end.
 Files that cannot be read or predicted are reported by name and skipped; the exit status is 1 if any file failed.
-An --output folder that would overwrite an input (the input folder itself, the folder of an input file, or any
-output file landing on an input) is refused with exit status 2 before anything is written.
+An output that cannot be written (a full disk, a read-only place) stops the run with one line naming it, exit
+status 1. An --output folder that would overwrite an input (the input folder itself, the folder of an input
+file, or any output file landing on an input) is refused with exit status 2 before anything is written.
 
 PATH is a pncnn_jax checkpoint (a training workdir -> its best step, a step directory, or a converted model
 directory), a shipped model ('synthetic:pncnn_masked') or an official `.pth.tar` / `.npz`; the variant is read
@@ -42,29 +55,32 @@ run together and fused per pixel by --fusion (default weighted_mean: the precisi
 max_confidence, mle); <name>_sigma.npy is then the fused sigma, sqrt of the expected squared error under the members'
 mixture (docs/SPEC.md §9). --precision_scales s_1,...,s_K multiplies each member's precision first (calibrated
 fusion, e.g. the scales `pncnn_jax.ensemble.members.fit_precision_scales` fitted on validation data).
+
+Every frame goes through `pncnn_jax.Completer` (pncnn_jax.inference.completer), the Python API of the same
+computation.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import sys
-from typing import Any
+import time
+import warnings
+from typing import Any, Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
-from pncnn_jax import evaluate, losses, viz
-from pncnn_jax import metrics as metrics_lib
-from pncnn_jax.checkpoints import loader
+from pncnn_jax import viz
 from pncnn_jax.data import io
 from pncnn_jax.ensemble import fusion
-from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.nn import models
 
-MULTIPLE = 8  # three 2x2 poolings
+MULTIPLE = completer_lib.MULTIPLE  # three 2x2 poolings
 
 
 def pad_to_multiple(depth_hw: np.ndarray, multiple: int = MULTIPLE) -> np.ndarray:
@@ -73,32 +89,13 @@ def pad_to_multiple(depth_hw: np.ndarray, multiple: int = MULTIPLE) -> np.ndarra
   return np.pad(depth_hw, ((0, -h % multiple), (0, -w % multiple)))
 
 
-def make_predict_fn(model: models.PNCNN):
-  @jax.jit
-  def fn(variables, sparse):
-    return model.apply(variables, sparse, train=False)
-  return fn
-
-
-def make_fused_predict_fn(model: models.PNCNN, loss_name: str, rule: str, scales=None):
-  """jit(stacked variables, sparse (1, H, W, 1)) -> {'depth': fused depth [m], 'confidence': fused precision
-  [1/m^2]} of an ensemble of `model` (`fusion.fuse` by `rule`, after multiplying member k's precision by scales[k])."""
-  if loss_name not in losses.PROBABILISTIC_LOSSES:
-    raise ValueError(f"an ensemble needs members with a predicted sigma (a probabilistic loss); these were trained "
-                     f"with {loss_name!r}")
-
-  @jax.jit
-  def fn(variables, sparse):
-    depth, prec = ensemble.member_precision(model, variables, sparse, loss_name)
-    depth, fused_prec = fusion.fuse(depth, prec if scales is None else fusion.scale_precision(prec, scales), rule)
-    return {"depth": depth, "confidence": fused_prec}
-  return fn
-
-
 def predict_array(model: models.PNCNN, variables: dict[str, Any], sparse_hw: np.ndarray, *,
-                  multiple: int = MULTIPLE, predict_fn=None, name: str = "input") -> models.ModelOutput:
-  """Runs the model on one (H, W) sparse depth map [m] of any size; returns (H, W) numpy fields.
+                  multiple: int = MULTIPLE, name: str = "input") -> models.ModelOutput:
+  """The raw network fields of one (H, W) sparse depth map [m] of any size, as (H, W) numpy arrays.
 
+  The low-level route under `pncnn_jax.Completer` (which most callers want: depth clamped at 0, sigma in metres,
+  input checks): it runs `Completer.forward`, so the two agree exactly. `depth` is not clamped here and
+  `confidence` is the model's own (the precision 1/sigma^2 [1/m^2] for pNCNN, the NConv confidence for NCNN).
   Non-finite pixels (NaN, inf) are set to 0 = no measurement, with a warning on stderr naming `name` and their
   count: one NaN would otherwise spread through every NConv and make the whole prediction NaN. Maps smaller
   than MULTIPLE (8) pixels, which the three 2x2 poolings cannot take at their own size, are zero-padded to 8.
@@ -114,13 +111,9 @@ def predict_array(model: models.PNCNN, variables: dict[str, Any], sparse_hw: np.
   if bad.any():
     print(f"warning: {name}: {int(bad.sum())} non-finite pixel(s) set to 0 (no measurement)", file=sys.stderr)
     sparse_hw = np.where(bad, np.float32(0), sparse_hw)
-  h, w = sparse_hw.shape
-  fn = predict_fn or make_predict_fn(model)
-  padded = pad_to_multiple(sparse_hw, multiple)
-  padded = np.pad(padded, ((0, max(0, MULTIPLE - padded.shape[0])), (0, max(0, MULTIPLE - padded.shape[1]))))
-  out = fn(variables, jnp.asarray(padded)[None, ..., None])
-  out = jax.tree.map(lambda a: np.asarray(a)[0, :h, :w, 0], out)
-  return models.ModelOutput(out["depth"], out["confidence"], None, None) if isinstance(out, dict) else out
+  raw = completer_lib.Completer(model, variables, loss=None, multiple=multiple).forward(sparse_hw[None])
+  return models.ModelOutput(raw["depth"][0], raw["confidence"][0], raw["input_confidence"][0],
+                            raw["output_confidence"][0])
 
 
 # name: (suffixes, metres per stored unit, what it is)
@@ -181,27 +174,60 @@ def read_input(path: pathlib.Path, input_format: str = "auto", depth_scale: floa
   return depth, fmt, scale
 
 
-def input_files(path: pathlib.Path, input_format: str = "auto") -> list[tuple[pathlib.Path, pathlib.Path]]:
-  """(file, name relative to the input root) pairs: the file itself, or every file of the format under a folder
-  (outputs of an earlier run, *_preview.png, *_sigma.npy, *_confidence.npy, excepted). Two inputs that would
-  write the same outputs (a.png and a.npy) are a ValueError."""
+TMP_MARK = ".pncnn-tmp"  # in the temporary names outputs are written under before their rename (never inputs)
+
+
+def _walk_files(root: pathlib.Path, warn: Callable[[str], None]) -> list[pathlib.Path]:
+  """Every file under `root`, following symlinked folders (each real folder once: a link back up a tree is a
+  loop, named and not followed); dangling links are named and skipped."""
+  seen = {os.path.realpath(root)}
+  found = []
+  for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    for d in sorted(dirnames):
+      full = pathlib.Path(dirpath) / d
+      real = os.path.realpath(full)
+      if real in seen:
+        warn(f"{full}: a symlinked folder already searched (a loop, or a second link to it); not followed")
+        dirnames.remove(d)
+      seen.add(real)
+    for f in filenames:
+      full = pathlib.Path(dirpath) / f
+      if full.is_file():
+        found.append(full)
+      elif full.is_symlink() and not full.exists():
+        warn(f"{full}: a dangling link (its target {os.readlink(full)} does not exist); skipped")
+  return sorted(found)
+
+
+def input_files(path: pathlib.Path, input_format: str = "auto", *, suffixes: set[str] | None = None,
+                warn: Callable[[str], None] | None = None, flag: str = "--input"
+                ) -> list[tuple[pathlib.Path, pathlib.Path]]:
+  """(file, name relative to the input root) pairs: the file itself, or every file of the format (or of
+  `suffixes`) under a folder, following symlinked folders (outputs of an earlier run, *_preview.png, *_sigma.npy,
+  *_confidence.npy, and predict's temporary files, excepted). Dangling links and symlink loops are reported
+  through `warn` (default: a line on stderr). Two inputs that would write the same outputs (a.png and a.npy) are
+  a ValueError. Messages name `flag`, the command-line flag `path` came from."""
+  warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
   if path.is_file():
     return [(path, pathlib.Path(path.name))]
+  if path.is_symlink() and not path.exists():
+    raise FileNotFoundError(f"{flag} {path}: a dangling link (its target {os.readlink(path)} does not exist)")
   if not path.is_dir():
-    raise FileNotFoundError(f"--input {path}: no such file or directory")
-  suffixes = {s for f, (sfx, _, _) in FORMATS.items() if input_format in ("auto", f) for s in sfx}
+    raise FileNotFoundError(f"{flag} {path}: no such file or directory")
+  if suffixes is None:
+    suffixes = {s for f, (sfx, _, _) in FORMATS.items() if input_format in ("auto", f) for s in sfx}
   skip = ("_preview.png", "_sigma.npy", "_confidence.npy")
-  files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in suffixes
-                 and not p.name.endswith(skip))
+  files = [p for p in _walk_files(path, warn)
+           if p.suffix.lower() in suffixes and not p.name.endswith(skip) and TMP_MARK not in p.name]
   if not files:
-    raise FileNotFoundError(f"--input {path}: no {'/'.join(sorted(suffixes))} files in this directory "
-                            f"(--input_format {input_format})")
+    raise FileNotFoundError(f"{flag} {path}: no {'/'.join(sorted(suffixes))} files in this directory"
+                            + (f" (--input_format {input_format})" if flag == "--input" else ""))
   pairs = [(p, p.relative_to(path)) for p in files]
   stems: dict[pathlib.Path, pathlib.Path] = {}
   for src, rel in pairs:
     other = stems.setdefault(rel.with_suffix(""), src)
     if other != src:
-      raise ValueError(f"--input {path}: {other.name} and {src.name} would write the same outputs; keep one of "
+      raise ValueError(f"{flag} {path}: {other.name} and {src.name} would write the same outputs; keep one of "
                        "them, or pass --input_format to pick one kind")
   return pairs
 
@@ -224,75 +250,141 @@ def check_output(files: list[tuple[pathlib.Path, pathlib.Path]], input_path: pat
         raise ValueError(f"--output {output_dir} would overwrite the input {dst}; choose another folder")
 
 
-def write_depth(stem: pathlib.Path, depth_m: np.ndarray, fmt: str, scale: float) -> pathlib.Path:
-  """Writes the completed depth [m] as `fmt` (PNGs at `scale` metres per unit, clipped to [0, 65535 * scale] with a
-  warning when a depth is beyond it; npy: float32 metres); returns the file written."""
-  depth = np.nan_to_num(depth_m, nan=0.0)
-  if fmt == "npy":
-    path = stem.with_suffix(".npy")
-    np.save(path, depth.astype(np.float32))
-    return path
-  path = stem.with_suffix(".png")
-  top = 65535 * scale
-  if (far := int((depth > top).sum())):
-    print(f"warning: {path}: {far} predicted depth(s) beyond {fmt}'s largest, {top:.6g} m, clipped to it",
-          file=sys.stderr)
-  io.write_depth_png(path, np.clip(depth, 0.0, top), scale)
+class WriteError(OSError):
+  """An output could not be written (full disk, read-only place, ...): the message names the output path."""
+
+
+def atomic_write(path: pathlib.Path, write: Callable[[pathlib.Path], None]) -> pathlib.Path:
+  """Calls write(tmp) on a temporary name beside `path` (hidden, with TMP_MARK, same suffix) and renames it to
+  `path` (atomic on one file system): a file under its normal name is always complete, so an interrupted or
+  failed run leaves no truncated output, and a rerun can trust what exists. On failure the temporary file is
+  removed and WriteError names `path`."""
+  tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}{path.suffix}")
+  try:
+    write(tmp)
+    os.replace(tmp, path)
+  except OSError as e:
+    with contextlib.suppress(OSError):
+      tmp.unlink(missing_ok=True)
+    raise WriteError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
+  except BaseException:
+    with contextlib.suppress(OSError):
+      tmp.unlink(missing_ok=True)
+    raise
   return path
 
 
-def _predict_one(model, variables, sigma_fn, fn, src: pathlib.Path, stem: pathlib.Path, *, multiple: int,
-                 input_format: str, depth_scale: float | None, output_format: str, title: str) -> str:
-  sparse, fmt, scale = read_input(src, input_format, depth_scale)
-  out = predict_array(model, variables, sparse, multiple=multiple, predict_fn=fn, name=str(src))
+def _save_npy(path: pathlib.Path, array: np.ndarray) -> pathlib.Path:
+  def write(tmp):
+    with open(tmp, "wb") as f:
+      np.save(f, array)
+  return atomic_write(path, write)
+
+
+def write_depth(stem: pathlib.Path, depth_m: np.ndarray, fmt: str, scale: float,
+                warn: Callable[[str], None] | None = None) -> pathlib.Path:
+  """Writes the completed depth [m] as `fmt` at `scale` metres per stored unit (PNGs: value = round(depth /
+  scale), clipped to [0, 65535 * scale] with a warning through `warn` when a depth is beyond it; npy: float32
+  depth / scale, so scale 1 is metres and 0.001 millimetres), atomically (`atomic_write`); returns the file."""
+  warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
+  depth = np.clip(np.nan_to_num(depth_m, nan=0.0), 0.0, None)
+  if fmt == "npy":
+    return _save_npy(stem.with_suffix(".npy"), (depth / np.float64(scale)).astype(np.float32))
+  path = stem.with_suffix(".png")
+  top = 65535 * scale
+  if (far := int((depth > top).sum())):
+    warn(f"{path}: {far} predicted depth(s) beyond {fmt}'s largest, {top:.6g} m, clipped to it")
+  return atomic_write(path, lambda tmp: io.write_depth_png(tmp, np.clip(depth, 0.0, top), scale))
+
+
+def output_paths(stem: pathlib.Path, fmt: str, has_sigma: bool, preview: bool) -> list[pathlib.Path]:
+  """The files one input writes: the depth (`fmt`), the sigma or the output confidence, the preview."""
+  paths = [stem.with_suffix(".npy" if fmt == "npy" else ".png"),
+           pathlib.Path(f"{stem}_sigma.npy" if has_sigma else f"{stem}_confidence.npy")]
+  return paths + ([pathlib.Path(f"{stem}_preview.png")] if preview else [])
+
+
+def _unit(scale: float) -> str:
+  return {1.0: "m", 0.001: "mm", 1 / 256: "1/256 m"}.get(scale, f"{scale:g} m")
+
+
+def _predict_one(completer: completer_lib.Completer, sparse: np.ndarray, src: pathlib.Path, fmt: str,
+                 scale: float, stem: pathlib.Path, *, output_format: str, preview: bool,
+                 warn: Callable[[str], None]) -> str:
+  """Completes one read input and writes its outputs (module doc); returns the line printed for it."""
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    out = completer(sparse, name=str(src))
+  for w in caught:
+    warn(str(w.message))
   out_fmt = fmt if output_format == "same" else output_format
-  out_scale = scale if out_fmt == fmt else FORMATS[out_fmt][1]
-  stem.parent.mkdir(parents=True, exist_ok=True)
-  written = write_depth(stem, out.depth, out_fmt, out_scale)
-  sigma = sigma_fn(out.confidence)
-  if sigma is not None:
-    np.save(f"{stem}_sigma.npy", sigma.astype(np.float32))
+  out_scale = scale if output_format == "same" else FORMATS[out_fmt][1]
+  try:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise WriteError(e.errno, f"cannot write {e.filename or stem.parent}: {e.strerror or e}") from None
+  if out.sigma is not None:
+    _save_npy(pathlib.Path(f"{stem}_sigma.npy"), out.sigma)
   else:
-    np.save(f"{stem}_confidence.npy", out.confidence.astype(np.float32))
-  viz.save_depth_preview(out.depth, f"{stem}_preview.png", sparse_m=np.nan_to_num(sparse, nan=0.0, posinf=0.0),
-                         sigma_m=sigma, confidence=None if sigma is not None else out.confidence,
-                         title=f"model {title}, file {src.name}")
-  valid = sparse[np.isfinite(sparse) & (sparse > 0)]
-  span = f"{valid.min():.3g}-{valid.max():.3g} m" if valid.size else "no measurements"
-  return f"{src} ({fmt}, {scale:g} m per unit, input {span}) -> {written}"
+    _save_npy(pathlib.Path(f"{stem}_confidence.npy"), out.output_confidence)
+  if preview:
+    atomic_write(pathlib.Path(f"{stem}_preview.png"), lambda tmp: viz.save_depth_preview(
+        out.depth, tmp, sparse_m=sparse, sigma_m=out.sigma,
+        confidence=None if out.sigma is not None else out.output_confidence,
+        title=f"model {completer.name}, file {src.name}"))
+  written = write_depth(stem, out.depth, out_fmt, out_scale, warn)  # last: the other outputs exist before it
+  valid = sparse[sparse > 0]
+  notes = [f"{int(out.clamped.sum())} negative depth(s) clamped to 0"] if out.clamped.any() else []
+  if not out.support.all():
+    notes.append(f"{100 * (1 - out.support.mean()):.0f}% of pixels without input support")
+  return (f"{src} ({fmt}, {scale:g} m per unit, input {valid.min():.3g}-{valid.max():.3g} m) -> {written} "
+          f"(depth in {_unit(out_scale)}{', sigma in m' if out.sigma is not None else ''})"
+          + (f" [{'; '.join(notes)}]" if notes else ""))
 
 
-def _load_ensemble(names: list[str], variant: str | None, allow_mismatch: bool, rule: str, scales):
-  """(model, stacked variables, sigma_fn, fn, title) of the members `names` (one model, a probabilistic loss)."""
-  if scales is not None and len(scales) != len(names):
-    raise ValueError(f"--precision_scales has {len(scales)} values for {len(names)} checkpoints")
-  if scales is not None and not all(np.isfinite(v) and v > 0 for v in scales):
-    raise ValueError(f"--precision_scales {','.join(map(str, scales))}: every scale must be a finite number > 0")
-  members = [loader.load(n, variant=variant, against="--variant", allow_mismatch=allow_mismatch) for n in names]
-  first = members[0]
-  for name, m in zip(names[1:], members[1:]):
-    if (m.variant, m.loss, m.model_settings) != (first.variant, first.loss, first.model_settings):
-      raise ValueError(f"--checkpoint: the members of an ensemble must be one model; {names[0]} is {first.variant} "
-                       f"(loss {first.loss}, {first.model_settings}), {name} is {m.variant} (loss {m.loss}, "
-                       f"{m.model_settings})")
-  model = first.build_model()
-  fn = make_fused_predict_fn(model, first.loss, rule, scales)
-  title = f"ensemble of {len(names)} {first.variant} fused by {rule}"
-  return model, ensemble.stack_trees([m.variables for m in members]), metrics_lib.sigma_from_precision, fn, title
+def _check_output_dir(output_dir: str) -> None:
+  out_root = pathlib.Path(output_dir)
+  if out_root.exists() and not out_root.is_dir():
+    raise ValueError(f"--output {output_dir} is a file, not a folder")
+  base = next(p for p in (out_root.absolute(), *out_root.absolute().parents) if p.exists())  # what mkdir starts from
+  if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+    raise ValueError(f"--output {output_dir} cannot be created or written: {base} is "
+                     + ("a file" if not base.is_dir() else "not writable"))
+  if os.access(base, os.W_OK) and _read_only_mount(base):
+    raise ValueError(f"--output {output_dir} cannot be created or written: {base} is on a read-only file system")
 
 
-def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: str | None = None,
+def _read_only_mount(path: pathlib.Path) -> bool:
+  try:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+  except (OSError, AttributeError):
+    return False
+
+
+def predict_files(checkpoint: str, input_path: str | None, output_dir: str, variant: str | None = None,
                   multiple: int = MULTIPLE, allow_mismatch: bool = False, *, input_format: str = "auto",
                   depth_scale: float | None = None, output_format: str = "same", fusion_rule: str | None = None,
-                  precision_scales: list[float] | None = None) -> list[str]:
+                  precision_scales: list[float] | None = None, points: str | None = None, calib: str | None = None,
+                  camera: str = "02", preview: bool = True, overwrite: bool = False,
+                  progress: bool | None = None, allow_fallback: bool = False) -> list[str]:
   """Predicts every input file; returns the messages of the files that failed (empty: all succeeded).
 
   `checkpoint`: one checkpoint, or several separated by commas (an ensemble, fused by `fusion_rule`, default
-  'weighted_mean', after multiplying member k's precision by `precision_scales[k]`).
+  'weighted_mean', after multiplying member k's precision by `precision_scales[k]`). `points` and `calib`
+  replace `input_path`: a point-cloud file (or a folder of them) projected into `camera` of the calibration
+  (`pncnn_jax.data.points.sparse_depth_from_files`); their outputs are float32 metres (npy) unless
+  `output_format` says otherwise. `allow_fallback`: a checkpoint step that cannot be restored falls back to its
+  run's newest intact step, with a warning (`Completer.from_checkpoint`).
 
-  Raises ValueError before reading the checkpoint if the outputs could overwrite an input (`check_output`) or a
-  setting is out of range. One file that fails (unreadable, unpredictable, unwritable) is reported on stderr and
-  skipped.
+  Streams: one frame at a time is read, completed and written, so memory does not grow with the number of
+  files; a progress bar (tqdm, on stderr; `progress` None: only on a terminal) shows the rate and the time
+  left, and a summary line ends the run. Outputs are written atomically (`atomic_write`), so an input whose
+  outputs all exist was finished: a rerun skips it unless `overwrite`.
+
+  Raises ValueError before reading the checkpoint if the outputs could overwrite an input (`check_output`), a
+  setting is out of range or the output cannot be written; WriteError (one line naming the path) when an
+  output cannot be written during the run (full disk, read-only place), after the finished files. One file that
+  fails otherwise (unreadable, no measurement, unpredictable) is reported on stderr and skipped.
   """
   names = [n.strip() for n in str(checkpoint).split(",")]
   if not all(names):
@@ -302,6 +394,11 @@ def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: st
                      "commas")
   if fusion_rule is not None and fusion_rule not in fusion.FUSION_RULES:
     raise ValueError(f"--fusion {fusion_rule!r} is not one of {', '.join(fusion.FUSION_RULES)}")
+  if precision_scales is not None and len(precision_scales) != len(names):
+    raise ValueError(f"--precision_scales has {len(precision_scales)} values for {len(names)} checkpoints")
+  if precision_scales is not None and not all(np.isfinite(v) and v > 0 for v in precision_scales):
+    raise ValueError(f"--precision_scales {','.join(map(str, precision_scales))}: every scale must be a finite "
+                     "number > 0")
   if input_format not in INPUT_FORMATS:
     raise ValueError(f"--input_format {input_format!r} is not one of {', '.join(INPUT_FORMATS)}")
   if output_format not in OUTPUT_FORMATS:
@@ -309,38 +406,87 @@ def predict_files(checkpoint: str, input_path: str, output_dir: str, variant: st
   if depth_scale is not None and not (np.isfinite(depth_scale) and depth_scale > 0):
     raise ValueError(f"--depth_scale {depth_scale}: must be a finite number > 0 (metres per stored unit, e.g. 0.001 "
                      "for millimetres)")
+  if multiple < 1:
+    raise ValueError(f"--pad_multiple {multiple}: must be >= 1")
+  n_warnings = 0
+
+  def warn(message: str) -> None:
+    nonlocal n_warnings
+    n_warnings += 1
+    tqdm.write(f"warning: {message}", file=sys.stderr)
+
   out_root = pathlib.Path(output_dir)
-  files = input_files(pathlib.Path(input_path), input_format)
-  if pathlib.Path(input_path).is_file():
-    format_of(files[0][0], input_format)  # a file of the wrong type: one error, before the checkpoint loads
-  check_output(files, pathlib.Path(input_path), out_root)
-  if out_root.exists() and not out_root.is_dir():
-    raise ValueError(f"--output {output_dir} is a file, not a folder")
-  base = next(p for p in (out_root.absolute(), *out_root.absolute().parents) if p.exists())  # what mkdir starts from
-  if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-    raise ValueError(f"--output {output_dir} cannot be created or written: {base} is "
-                     + ("a file" if not base.is_dir() else "not writable"))
-  if len(names) > 1:
-    model, variables, sigma_fn, fn, title = _load_ensemble(names, variant, allow_mismatch,
-                                                           fusion_rule or "weighted_mean", precision_scales)
+  if (points is None) == (input_path is None):
+    raise ValueError("pass either --input (depth images) or --points with --calib (point clouds)")
+  if points is not None:
+    from pncnn_jax.data import points as points_lib  # pylint: disable=g-import-not-at-top  (numpy only)
+    if calib is None:
+      raise ValueError("--points needs --calib (the calibration: a KITTI date folder or a YAML / JSON file)")
+    if depth_scale is not None or input_format != "auto":
+      raise ValueError("--input_format and --depth_scale apply to --input depth images, not to --points")
+    points_lib.read_calibration(pathlib.Path(calib), camera)  # a wrong calibration: one error, before the model
+    root = pathlib.Path(points)
+    files = input_files(root, "auto", suffixes=set(points_lib.POINT_SUFFIXES), warn=warn, flag="--points")
+    if root.is_file() and root.suffix.lower() not in points_lib.POINT_SUFFIXES:
+      raise ValueError(f"--points {root}: expected a {'/'.join(points_lib.POINT_SUFFIXES)} point cloud")
+    read = lambda src: (points_lib.sparse_depth_from_files(src, calib, camera=camera), "points", 1.0)  # noqa: E731
+    default_format = "npy"
   else:
-    ckpt = loader.load(checkpoint, variant=variant, against="--variant", allow_mismatch=allow_mismatch)
-    model, variables, loss = ckpt.build_model(), ckpt.variables, ckpt.loss
-    title = checkpoint if ckpt.variant in str(checkpoint) else f"{ckpt.variant} ({checkpoint})"
-    fn, sigma_fn = make_predict_fn(model), lambda conf: evaluate.sigma_of(conf, loss)
-  failures = []
-  for src, rel in files:
-    try:
-      line = _predict_one(model, variables, sigma_fn, fn, src, out_root / rel.with_suffix(""), multiple=multiple,
-                          input_format=input_format, depth_scale=depth_scale, output_format=output_format,
-                          title=title)
-    except Exception as e:  # pylint: disable=broad-except  (one bad file must not stop the batch)
-      message = str(e) if str(src) in str(e) else f"{src}: {e}"  # each path once
-      failures.append(message)
-      print(f"FAILED {message}", file=sys.stderr)
-      continue
-    print(line)
+    root = pathlib.Path(input_path)
+    files = input_files(root, input_format, warn=warn)
+    if root.is_file():
+      format_of(files[0][0], input_format)  # a file of the wrong type: one error, before the checkpoint loads
+    read = lambda src: read_input(src, input_format, depth_scale)  # noqa: E731
+    default_format = None
+  check_output(files, root, out_root)
+  _check_output_dir(output_dir)
+  completer = completer_lib.Completer.from_checkpoint(
+      names, variant=variant, allow_mismatch=allow_mismatch, allow_fallback=allow_fallback, multiple=multiple,
+      fusion=(fusion_rule or "weighted_mean") if len(names) > 1 else None, precision_scales=precision_scales)
+  if output_format == "same" and default_format is not None:
+    output_format = default_format
+
+  def outputs_of(src: pathlib.Path, rel: pathlib.Path) -> list[pathlib.Path]:
+    fmt = output_format if output_format != "same" else format_of(src, input_format)
+    return output_paths(out_root / rel.with_suffix(""), fmt, completer.has_sigma, preview)
+
+  failures, done, skipped, start = [], 0, 0, time.monotonic()
+  bar = tqdm(files, unit="frame", file=sys.stderr, disable=None if progress is None else not progress,
+             dynamic_ncols=True, smoothing=0.1)
+  try:
+    for src, rel in bar:
+      if not overwrite:
+        with contextlib.suppress(ValueError):
+          if all(p.is_file() for p in outputs_of(src, rel)):
+            skipped += 1
+            continue
+      try:
+        sparse, fmt, scale = read(src)
+        line = _predict_one(completer, sparse, src, fmt, scale, out_root / rel.with_suffix(""),
+                            output_format=output_format, preview=preview, warn=warn)
+      except WriteError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except  (one bad file must not stop the batch)
+        failures.append(_failure(e, src))
+        tqdm.write(f"FAILED {failures[-1]}", file=sys.stderr)
+        continue
+      done += 1
+      tqdm.write(line, file=sys.stdout)
+  except WriteError as e:
+    raise WriteError(e.errno, f"{e.strerror}; {done} frame(s) finished before it, whose outputs are complete "
+                     "(rerun to continue)") from None
+  finally:
+    bar.close()
+  elapsed = time.monotonic() - start
+  print(f"summary: {len(files)} input(s): {done} completed, {skipped} skipped (finished earlier"
+          f"{'' if overwrite else '; --overwrite redoes them'}), {len(failures)} failed, {n_warnings} warning(s), "
+          f"{elapsed:.1f} s ({done / max(elapsed, 1e-9):.2f} frames/s)")
   return failures
+
+
+def _failure(e: BaseException, src: pathlib.Path) -> str:
+  message = str(e).splitlines()[0] if str(e) else type(e).__name__
+  return message if str(src) in message else f"{src}: {message}"  # each path once
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,24 +496,39 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--checkpoint", required=True,
                       help="pncnn_jax checkpoint dir/workdir, shipped name (synthetic:pncnn_masked) or official "
                            ".pth.tar/.npz")
-  parser.add_argument("--input", required=True, help="a sparse depth file or a directory of them")
+  parser.add_argument("--input", default=None, help="a sparse depth file or a directory of them")
+  parser.add_argument("--points", default=None,
+                      help="instead of --input: a point cloud (.bin KITTI Velodyne, .npy (N, 3|4) metres) or a "
+                           "directory of them, projected with --calib")
+  parser.add_argument("--calib", default=None,
+                      help="with --points: a KITTI date folder (calib_cam_to_cam.txt, calib_velo_to_cam.txt) or a "
+                           "YAML / JSON calibration (K, T_cam_from_lidar, image_size)")
+  parser.add_argument("--camera", default="02", help="with --points: the camera of the calibration (KITTI: 02, 03)")
   parser.add_argument("--output", required=True, help="output directory")
   parser.add_argument("--input_format", default="auto",
                       help=f"one of {', '.join(INPUT_FORMATS)} (default auto: .png = kitti_png, .npy/.npz = npy)")
   parser.add_argument("--depth_scale", type=float, default=None,
                       help="metres per stored unit, replacing the format's (kitti_png 1/256, mm_png 0.001, npy 1)")
   parser.add_argument("--output_format", default="same",
-                      help=f"one of {', '.join(OUTPUT_FORMATS)} (default same: the input's format and scale)")
+                      help=f"one of {', '.join(OUTPUT_FORMATS)} (default same: the input's format and unit)")
   parser.add_argument("--variant", default=None, help=f"model variant, one of {sorted(models.VARIANTS)}")
   parser.add_argument("--pad_multiple", type=int, default=MULTIPLE,
                       help="zero-pad to a multiple of this (1: run at the image's own size, as the reference)")
   parser.add_argument("--allow_mismatch", action="store_true",
                       help="use --variant even where the checkpoint says it was trained as another variant")
+  parser.add_argument("--allow_fallback", action="store_true",
+                      help="a checkpoint step that cannot be restored falls back to its run's newest intact step "
+                           "(with a warning) instead of stopping")
   parser.add_argument("--fusion", default=None,
                       help=f"an ensemble's fusion rule, one of {', '.join(fusion.FUSION_RULES)} (default "
                            "weighted_mean)")
   parser.add_argument("--precision_scales", default=None,
                       help="an ensemble's per-member precision scales s_1,...,s_K (calibrated fusion)")
+  parser.add_argument("--no_preview", action="store_true", help="do not write <name>_preview.png (faster)")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="redo inputs whose outputs all exist (default: a rerun skips them)")
+  parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                      help="the progress bar on stderr (auto: when stderr is a terminal)")
   args = parser.parse_args(argv)
   try:
     if args.variant is not None and args.variant not in models.VARIANTS:
@@ -381,7 +542,17 @@ def main(argv: list[str] | None = None) -> int:
                          "one per --checkpoint") from None
     failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple,
                              args.allow_mismatch, input_format=args.input_format, depth_scale=args.depth_scale,
-                             output_format=args.output_format, fusion_rule=args.fusion, precision_scales=scales)
+                             output_format=args.output_format, fusion_rule=args.fusion, precision_scales=scales,
+                             points=args.points, calib=args.calib, camera=args.camera, preview=not args.no_preview,
+                             overwrite=args.overwrite, progress={"auto": None, "on": True, "off": False}[args.progress],
+                             allow_fallback=args.allow_fallback)
+  except WriteError as e:
+    print(f"error: {e.strerror}", file=sys.stderr)
+    return 1
+  except KeyboardInterrupt:
+    print("interrupted: the outputs written so far are complete; rerun the command to finish the rest",
+          file=sys.stderr)
+    return 130
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

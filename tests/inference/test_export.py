@@ -4,16 +4,22 @@ A randomly initialised pNCNN (both UNets and the NConvUNet, so every layer kind 
 model checkpoint and exported at 64x96 through the command-line entry point, as a user would. Checked:
   * the StableHLO artifact, deserialized and called, equals jit bit for bit (same XLA, same program: there is
     no reason for a single ulp of difference), at two batch sizes from one artifact (the batch is symbolic);
-  * the ONNX file under onnxruntime (when the `onnx` extra is installed) matches jit within a tolerance derived
-    below;
+  * the ONNX file under onnxruntime (when the `onnx` extra is installed: `make onnx`; CI sets
+    PNCNN_REQUIRE_ONNX=1, which turns its absence into a failure) matches jit within a tolerance derived below;
+  * the default --formats writes what the installed packages allow and says what it skipped;
+  * the output directory is the export's own: a file or a directory holding a user's files is refused with one
+    line and left as it was; a previous export is replaced (its artifacts not written again are removed); a full
+    disk is one line and leaves nothing behind;
   * a shipped name (`--checkpoint synthetic:<name>`, `pncnn_jax.pretrained`) goes through the one loader;
   * the snippets of docs/deploy/export.md run as written, without importing pncnn_jax;
   * bad arguments give one line naming the argument and exit status 2.
 """
 
+import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -34,6 +40,24 @@ H, W = 64, 96
 VARIANT = "pncnn"
 
 pytestmark = pytest.mark.xdist_group("export")  # one worker compiles the model once for the whole file
+REQUIRE_ONNX = os.environ.get("PNCNN_REQUIRE_ONNX") == "1"  # .ci/run: the ONNX route must be installed and tested
+
+
+def _onnx_available() -> bool:
+  """Whether the ONNX route (jax2onnx and onnxruntime) imports; with PNCNN_REQUIRE_ONNX=1 its absence fails."""
+  try:
+    export._jax2onnx()
+    import onnxruntime  # noqa: F401
+  except ImportError as e:
+    if REQUIRE_ONNX:
+      pytest.fail(f"PNCNN_REQUIRE_ONNX=1 but the ONNX route does not import ({e}); install it with `make onnx`")
+    return False
+  return True
+
+
+def _require_onnx():
+  if not _onnx_available():
+    pytest.skip("the onnx extra is not installed (make onnx)")
 
 
 def _sparse(batch: int, seed: int) -> np.ndarray:
@@ -55,11 +79,7 @@ def exported(tmp_path_factory):
   variables["batch_stats"] = jax.tree.unflatten(
       tree, [leaf + 0.5 * jax.random.uniform(k, leaf.shape) for leaf, k in zip(leaves, stats_keys)])
   ckpt = checkpointing.save_variables(tmp / "ckpt", variables, {"variant": VARIANT})
-  try:
-    export._jax2onnx()
-    formats = "stablehlo,onnx"
-  except ImportError:
-    formats = "stablehlo"
+  formats = "stablehlo,onnx" if _onnx_available() else "stablehlo"
   out = tmp / "exported"
   rc = export.main(["--checkpoint", ckpt, "--output", str(out), "--height", str(H), "--width", str(W),
                     "--formats", formats, "--onnx_batch", "2"])
@@ -114,11 +134,14 @@ def test_sidecar_describes_inputs_and_outputs(exported):
                            "meaning": "sparse depth, 0 = no measurement"}
   assert [(o["name"], o["unit"]) for o in meta["outputs"]] == [("depth", "m"), ("confidence", "1/m^2")]
   assert sorted(meta["files"]) == sorted(formats.split(","))
+  # Exactly the files the sidecar describes: no temporary file left, no ONNX weights sidecar (one self-contained file).
+  described = [export.SIDECAR_FILE] + [f["file"] for f in meta["files"].values()]
+  assert sorted(p.name for p in out.iterdir()) == sorted(described)
 
 
 def test_onnx_matches_jit(exported):
-  pytest.importorskip("jax2onnx")
-  ort = pytest.importorskip("onnxruntime")
+  _require_onnx()
+  import onnxruntime as ort
   variables, out, _ = exported
   session = ort.InferenceSession(str(out / export.ONNX_FILE), providers=["CPUExecutionProvider"])
   assert [i.name for i in session.get_inputs()] == ["sparse_depth"]
@@ -146,8 +169,8 @@ def _assert_onnx_close(depth, conf, ref_depth, ref_conf):
 def test_onnx_of_the_official_checkpoint_matches_jit_on_a_real_frame(shared_dir, tmp_path):
   """The official KITTI NCNN-Conf-L1 (a sigmoid confidence head, confidences down to 1e-18) on a 96x320 crop of
   a real KITTI frame: the tails of the activations matter here, as they do not for random weights."""
-  pytest.importorskip("jax2onnx")
-  ort = pytest.importorskip("onnxruntime")
+  _require_onnx()
+  import onnxruntime as ort
   ckpt = shared_dir / "reference" / "checkpoints" / "kitti_ncnn_conf_l1_checkpoint-9.pth.tar"
   g = np.load(shared_dir / "reference" / "golden" / "real" / "torch_kitti_image_02__kitti_ncnn_conf_l1.npz")
   h, w = 96, 320
@@ -236,3 +259,76 @@ def test_onnx_activation_forms_are_exact_to_float32_rounding():
                     (export._softplus_for_onnx, np.logaddexp(x64, 0.0))):
     got = np.asarray(jax.jit(fn)(x), np.float64)
     np.testing.assert_allclose(got, exact, rtol=5e-7, atol=0, err_msg=fn.__name__)
+
+
+def _main(capsys, *args) -> tuple[int, str, str]:
+  rc = export.main([str(a) for a in args])
+  cap = capsys.readouterr()
+  return rc, cap.out, cap.err
+
+
+def _tree(path) -> dict[str, bytes]:
+  return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def test_default_formats_are_what_is_installed_and_a_previous_export_is_replaced(exported, tmp_path, monkeypatch,
+                                                                                capsys):
+  """Without the ONNX converter (simulated), the default --formats writes StableHLO and says it skipped ONNX; into
+  a previous export's directory (the fixture's, copied), which it replaces: the old ONNX file is removed, so the
+  sidecar describes what the directory holds."""
+  _, out, formats = exported
+  previous = tmp_path / "exported"
+  shutil.copytree(out, previous)
+  monkeypatch.setitem(sys.modules, "jax2onnx", None)  # `import jax2onnx` raises ImportError
+  rc, stdout, stderr = _main(capsys, "--checkpoint", out.parent / "ckpt", "--output", previous, "--height", H,
+                             "--width", W)
+  assert rc == 0, stderr
+  skipped = (r"^skipped onnx: the ONNX converter does not import \(.*jax2onnx.*\); install it with make onnx "
+             r"\(pip install 'pncnn_jax\[onnx\]' && pip install --no-deps jax2onnx==0\.17\.1\)$")
+  assert re.search(skipped, stdout, re.M), stdout
+  assert sorted(p.name for p in previous.iterdir()) == sorted([export.SIDECAR_FILE, export.STABLEHLO_FILE])
+  assert list(json.loads((previous / export.SIDECAR_FILE).read_text())["files"]) == ["stablehlo"]
+  assert ("removed" in stdout) == ("onnx" in formats)
+  # The same function, exported again: a module of the same signature (its outputs: the tests above).
+  new, old = (jax.export.deserialize(bytearray((d / export.STABLEHLO_FILE).read_bytes())) for d in (previous, out))
+  assert str((new.in_avals, new.out_avals)) == str((old.in_avals, old.out_avals))  # symbolic dims: by name
+  # Asked for explicitly, a missing format is an error before anything is written.
+  rc, _, stderr = _main(capsys, "--checkpoint", out.parent / "ckpt", "--output", tmp_path / "new", "--height", H,
+                        "--width", W, "--formats", "onnx")
+  assert rc == 2 and stderr.count("\n") == 1 and "make onnx" in stderr and not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("case", ["a file", "a user's export.json", "our sidecar and a user's file"])
+def test_output_that_is_not_ours_is_refused(tmp_path, capsys, case):
+  """As convert refuses a non-empty output: nothing is read or written, one line names --output."""
+  target = tmp_path / "target"
+  if case == "a file":
+    target.write_text("my notes\n")
+  else:
+    target.mkdir()
+    if case == "a user's export.json":
+      (target / "export.json").write_text('{"mine": true}\n')
+      (target / "pncnn.stablehlo").write_bytes(b"my own model")
+    else:
+      (target / "export.json").write_text(json.dumps({"written_by": export.WRITTEN_BY, "files": {}}))
+      (target / "notes.txt").write_text("mine\n")
+  before = target.read_bytes() if target.is_file() else _tree(target)
+  rc, stdout, stderr = _main(capsys, "--checkpoint", "synthetic:no_such_model", "--output", target, "--height", H,
+                             "--width", W, "--formats", "stablehlo")
+  assert rc == 2 and stderr.count("\n") == 1 and stderr.startswith(f"error: --output {target}"), stderr
+  assert ("is a file" in stderr) == (case == "a file")
+  assert (target.read_bytes() if target.is_file() else _tree(target)) == before
+
+
+def test_full_disk_is_one_line_and_leaves_nothing(exported, tmp_path, monkeypatch, capsys):
+  """A write that fails (ENOSPC, simulated at the flush of the first file) names --output; no file, temporary or
+  final, is left, and the directory the export created is removed."""
+  _, out, _ = exported
+  def full(fd):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  monkeypatch.setattr(export.os, "fsync", full)
+  target = tmp_path / "new" / "exported"
+  rc, _, stderr = _main(capsys, "--checkpoint", out.parent / "ckpt", "--output", target, "--height", H, "--width", W,
+                        "--formats", "stablehlo")
+  assert rc == 1 and stderr == f"error: --output {target}: cannot write pncnn.stablehlo (No space left on device)\n"
+  assert not (tmp_path / "new").exists()

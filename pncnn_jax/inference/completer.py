@@ -1,0 +1,319 @@
+r"""One call from sparse depth in metres to dense depth and its uncertainty in metres.
+
+  from pncnn_jax import Completer
+  completer = Completer.from_pretrained()                    # the recommended shipped model
+  completer = Completer.from_pretrained("synthetic:pncnn_masked")
+  completer = Completer.from_checkpoint("runs/kitti_pncnn")  # a training workdir, step dir, converted model, .pth.tar
+  out = completer(sparse_m)   # numpy (H, W) or (B, H, W) metres; 0 or NaN = no measurement
+  out.depth, out.sigma, out.output_confidence, out.input_confidence, out.support, out.clamped, out.out_of_range
+
+What a call does, in order (each step is part of the contract):
+  1. checks the input: (H, W) or (B, H, W) real numbers. NaN means no measurement, as 0 does; +-inf is set to 0
+     with a warning; a negative depth is a ValueError; a frame without any measurement (all 0 / NaN) is a
+     ValueError naming the frame (a network without input has nothing to complete: it would return a constant).
+  2. warns (`InputRangeWarning`, a UserWarning) when measurements lie beyond the depth range the model was trained
+     on (`input_range_m`, from the dataset the checkpoint records, `TRAINED_INPUT_RANGE_M`): the networks do not
+     extrapolate (a shipped model maps 150 m points to 33 m, 10 km points to millimetres). The prediction is still
+     returned, with `out.out_of_range` marking those input pixels.
+  3. zero-pads each frame at the bottom and right to a multiple of `multiple` (8: three 2x2 poolings; at least 8),
+     runs the model on every frame of the batch at once under `jax.jit` (one compilation per padded batch shape,
+     shared by every Completer of the same model; on whatever device jax uses), and crops back to (H, W).
+     Padded pixels have zero input confidence; NConv spreads confidence into them, so predictions within a few
+     pixels of the bottom/right border differ slightly from a run at the image's own size (`multiple=1`).
+  4. clamps the depth at 0 and records the clamped pixels in `out.clamped` (see "Negative depths" below).
+
+Negative depths. The networks' last NConv is a confidence-weighted average of non-negative inputs, but the
+learned bias and the variance/refinement heads can push it slightly below 0 where the prediction has no support
+(a shipped model writes -2.4 cm in the rows above a KITTI LiDAR). A depth is a distance along the optical axis,
+never negative, so the Completer clamps at 0 rather than marking the pixels invalid: every pixel keeps a value
+and a sigma, `out.clamped` says which were clamped, and the clamped pixels are (in every case we measured) also
+outside `out.support`, where a user should not trust the depth anyway.
+
+An ensemble: several checkpoints separated by commas (members of one model trained with a probabilistic loss),
+fused per pixel by `fusion` (`pncnn_jax.ensemble.fusion.fuse`: 'weighted_mean' by default, 'mean', 'max_confidence',
+'mle'); sigma is then the fused sigma (the members' mixture, docs/SPEC.md §9), and the output and input confidences
+are the members' means. The fused depth is clamped at 0 as a single model's is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import warnings
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.ndimage
+
+from pncnn_jax import losses
+from pncnn_jax.checkpoints import loader
+from pncnn_jax.data import synthetic
+from pncnn_jax.ensemble import fusion
+from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.nn import models
+
+MULTIPLE = 8  # three 2x2 poolings
+RECOMMENDED = "synthetic:sparse_var_beta_detach_masked"  # docs/guide/pretrained.md: the pNCNN we recommend
+SUPPORT_RADIUS_PX = 8  # `Completion.support`: a measurement within this many pixels (one 8x8 cell of the coarsest
+#                        scale, the NConv UNet's deepest level)
+
+# The largest input depth [m] each training dataset holds, by the dataset name a checkpoint records
+# (`loader.Loaded.identity['dataset']`). The one place this range is defined: predict and the Completer read it.
+TRAINED_INPUT_RANGE_M: dict[str, tuple[float, float]] = {
+    # the simulated HDL-64E's maximum range (no return beyond it; pncnn_jax.data.synthetic.SyntheticConfig)
+    "synthetic": (0.0, float(synthetic.SyntheticConfig.max_range_m)),
+    # KITTI depth completion's velodyne_raw: an HDL-64E, whose datasheet range is 120 m
+    "kitti_depth": (0.0, 120.0),
+    # NYU-Depth-v2: a Kinect v1, whose depth maps stop at 10 m
+    "nyu_depth": (0.0, 10.0),
+}
+
+
+class InputRangeWarning(UserWarning):
+  """Input depths lie beyond the range the model was trained on (`Completer.input_range_m`)."""
+
+
+def input_range_of(dataset: str | None) -> tuple[float, float] | None:
+  """(smallest, largest) input depth [m] of the training data of `dataset` (a checkpoint's identity), or None
+  when unknown (then nothing is checked)."""
+  return TRAINED_INPUT_RANGE_M.get(dataset) if dataset else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+  """What `Completer.__call__` returns; every array has the input's shape, (H, W) or (B, H, W), as numpy.
+
+  Attributes:
+    depth: float32, metres, >= 0: the completed depth z (distance along the optical axis), clamped at 0.
+    sigma: float32, metres, or None: the predicted standard deviation of `depth`, sigma = 1 / sqrt(precision),
+      where the precision 1/sigma^2 [1/m^2] is the network's output under the loss it was trained with
+      (`pncnn_jax.losses.precision_of`; the Gaussian NLL's c = 1/sigma^2 for pNCNN). Given for models trained
+      with a probabilistic loss (and for ensembles: the fused sigma); None for NCNN-style models (L1/L2 losses),
+      which have no calibrated sigma: use `output_confidence` to rank their pixels. Returned everywhere, also
+      where the prediction has no support: mask it with `support`.
+    output_confidence: float32, unitless, >= 0: the confidence of the network's last normalized convolution
+      (the NConv UNet's output confidence, the variance head's input), a weighted average of the input
+      confidences; higher = more input support. Not a probability and not calibrated; it ranks pixels.
+    input_confidence: float32, unitless, >= 0: c0, the confidence the network gives each input pixel before the
+      NConvs (learned by the input-confidence UNet, whose output is not bounded by 1; or 1 at measurements and
+      0 elsewhere for models without one); relative to the frame's other values, low values flag measurements
+      the model distrusts (e.g. LiDAR points seen through an object's edge).
+    support: bool: True where an input measurement lies within `SUPPORT_RADIUS_PX` pixels (Chebyshev
+      distance). Outside it the network extrapolates (e.g. the rows above a LiDAR): depth and sigma are
+      returned there but should not be trusted.
+    clamped: bool: the pixels whose raw network depth was negative and was set to 0.
+    out_of_range: bool: input measurements beyond the model's trained input range (`Completer.input_range_m`);
+      all False when the range is unknown.
+  """
+
+  depth: np.ndarray
+  sigma: np.ndarray | None
+  output_confidence: np.ndarray
+  input_confidence: np.ndarray
+  support: np.ndarray
+  clamped: np.ndarray
+  out_of_range: np.ndarray
+
+
+@functools.lru_cache(maxsize=16)
+def _forward(model: models.PNCNN, loss: str, rule: str | None, scales: tuple[float, ...] | None):
+  """jit((variables, sparse (B, H, W, 1) [m]) -> {depth, confidence, output_confidence, input_confidence}, each
+  (B, H, W, 1)). `rule` None: one model (confidence: the model's, precision or NConv confidence); otherwise an
+  ensemble of stacked variables fused by `rule` (confidence: the fused precision [1/m^2]). Cached per setting, so
+  Completers of one model share the compiled programs."""
+  if rule is None:
+    def fn(variables, sparse):
+      out = model.apply(variables, sparse, train=False)
+      return {"depth": out.depth, "confidence": out.confidence, "output_confidence": out.nconv_confidence,
+              "input_confidence": out.input_confidence}
+    return jax.jit(fn)
+  if loss not in losses.PROBABILISTIC_LOSSES:
+    raise ValueError(f"an ensemble needs members with a predicted sigma (a probabilistic loss); these were trained "
+                     f"with {loss!r}")
+
+  def fused(variables, sparse):
+    out = ensemble.apply_ensemble(model, variables, sparse)
+    prec = losses.precision_of(out.confidence, loss)
+    prec = prec if scales is None else fusion.scale_precision(prec, jnp.asarray(scales, prec.dtype))
+    depth, fused_prec = fusion.fuse(out.depth, prec, rule)
+    return {"depth": depth, "confidence": fused_prec, "output_confidence": out.nconv_confidence.mean(0),
+            "input_confidence": out.input_confidence.mean(0)}
+  return jax.jit(fused)
+
+
+def pad_batch(sparse_bhw: np.ndarray, multiple: int = MULTIPLE) -> np.ndarray:
+  """Zero-pads (B, H, W) at the bottom and right to multiples of `multiple`, and to at least MULTIPLE (8) pixels
+  (which the three 2x2 poolings need)."""
+  _, h, w = sparse_bhw.shape
+  hp, wp = max(h + (-h % multiple), MULTIPLE), max(w + (-w % multiple), MULTIPLE)
+  return np.pad(sparse_bhw, ((0, 0), (0, hp - h), (0, wp - w)))
+
+
+class Completer:
+  """A loaded model (or ensemble) that completes sparse depth maps: `completer(sparse_m) -> Completion`.
+
+  Build one with `Completer.from_pretrained(name)` or `Completer.from_checkpoint(path)`; the constructor takes
+  a model and its variables directly.
+
+  Attributes:
+    model: the Flax module; variables: its variables (leaves (K, ...) for an ensemble), on jax's default device.
+    loss: the loss it was trained with (decides whether it has a sigma; None: unknown, no sigma).
+    has_sigma: whether `Completion.sigma` is given (a probabilistic loss, or an ensemble).
+    input_range_m: (smallest, largest) input depth [m] it was trained on, or None when unknown.
+    multiple: the padding multiple. name: what it was loaded from (for messages).
+  """
+
+  def __init__(self, model: models.PNCNN, variables: dict[str, Any], *, loss: str | None,
+               input_range_m: tuple[float, float] | None = None, multiple: int = MULTIPLE,
+               fusion_rule: str | None = None, precision_scales: Sequence[float] | None = None,
+               name: str = "model"):
+    if int(multiple) != multiple or multiple < 1:
+      raise ValueError(f"pad multiple must be an integer >= 1, got {multiple}")
+    if fusion_rule is not None and fusion_rule not in fusion.FUSION_RULES:
+      raise ValueError(f"fusion {fusion_rule!r} is not one of {', '.join(fusion.FUSION_RULES)}")
+    self.model, self.loss, self.name = model, loss, name
+    self.variables = jax.device_put(variables)
+    self.input_range_m = input_range_m
+    self.multiple = int(multiple)
+    self.fusion_rule = fusion_rule
+    scales = None if precision_scales is None else tuple(float(s) for s in precision_scales)
+    self._fn = _forward(model, loss, fusion_rule, scales)
+    self.has_sigma = fusion_rule is not None or (loss is not None and losses.precision_of(np.ones(1), loss) is not None)
+
+  # ------------------------------------------------------------------------------------------------ loading
+
+  @classmethod
+  def from_pretrained(cls, name: str = RECOMMENDED, **kw) -> "Completer":
+    """A shipped model by name, 'synthetic:<name>' (default: the recommended pNCNN, `RECOMMENDED`), or several
+    separated by commas (an ensemble, e.g. 'synthetic:pncnn_masked,synthetic:pncnn_masked_seed1'). `kw` as
+    `from_checkpoint`."""
+    return cls.from_checkpoint(name, **kw)
+
+  @classmethod
+  def from_checkpoint(cls, checkpoint: str | os.PathLike | Sequence[str], *, variant: str | None = None,
+                      allow_mismatch: bool = False, step: int | str = "best", multiple: int = MULTIPLE,
+                      fusion: str | None = None, precision_scales: Sequence[float] | None = None,
+                      allow_fallback: bool = False) -> "Completer":
+    """Any checkpoint `pncnn_jax.load` takes: a training workdir (its best step), a step directory, a converted
+    model directory, an official `.pth.tar`/`.npz` or a shipped name; several (a list, or one string separated
+    by commas) are an ensemble fused by `fusion` (default 'weighted_mean') after multiplying member k's precision
+    by `precision_scales[k]`. `allow_fallback`: a step that cannot be restored (a truncated or garbled file) falls
+    back to the newest intact step of its run, with a warning (`pncnn_jax.load`); without it, that is an error
+    naming both steps.
+
+    Raises FileNotFoundError / ValueError (one line naming the checkpoint) for a missing or wrong checkpoint, an
+    ensemble of different models or of members without a sigma, or settings out of range.
+    """
+    names = ([os.fspath(c).strip() for c in checkpoint] if isinstance(checkpoint, (list, tuple))
+             else [n.strip() for n in os.fspath(checkpoint).split(",")])
+    if not names or not all(names):
+      raise ValueError(f"checkpoint {checkpoint!r}: an empty name")
+    if len(names) == 1 and (fusion is not None or precision_scales is not None):
+      raise ValueError("fusion and precision_scales need an ensemble: several checkpoints separated by commas")
+    if precision_scales is not None:
+      if len(precision_scales) != len(names):
+        raise ValueError(f"precision_scales has {len(precision_scales)} values for {len(names)} checkpoints")
+      if not all(np.isfinite(v) and v > 0 for v in precision_scales):
+        raise ValueError(f"precision_scales {','.join(map(str, precision_scales))}: every scale must be a finite "
+                         "number > 0")
+    members = [loader.load(n, variant=variant, step=step, against="--variant", allow_mismatch=allow_mismatch,
+                           allow_fallback=allow_fallback) for n in names]
+    first = members[0]
+    for n, m in zip(names[1:], members[1:]):
+      if (m.variant, m.loss, m.model_settings) != (first.variant, first.loss, first.model_settings):
+        raise ValueError(f"--checkpoint: the members of an ensemble must be one model; {names[0]} is {first.variant} "
+                         f"(loss {first.loss}, {first.model_settings}), {n} is {m.variant} (loss {m.loss}, "
+                         f"{m.model_settings})")
+    ranges = {input_range_of(m.identity.get("dataset")) for m in members}
+    input_range = ranges.pop() if len(ranges) == 1 else None
+    if len(names) == 1:
+      title = names[0] if first.variant in names[0] else f"{first.variant} ({names[0]})"
+      return cls(first.build_model(), first.variables, loss=first.loss, input_range_m=input_range,
+                 multiple=multiple, name=title)
+    rule = fusion or "weighted_mean"
+    return cls(first.build_model(), ensemble.stack_trees([m.variables for m in members]), loss=first.loss,
+               input_range_m=input_range, multiple=multiple, fusion_rule=rule, precision_scales=precision_scales,
+               name=f"ensemble of {len(names)} {first.variant} fused by {rule}")
+
+  # ------------------------------------------------------------------------------------------------ running
+
+  def check_input(self, sparse_m, *, name: str = "input") -> np.ndarray:
+    """The input as float32 (B, H, W) metres with NaN/inf set to 0, after the checks of step 1 (module doc).
+
+    Raises ValueError naming `name` (and the frame of a batch) for a wrong shape, an empty map, negative depths
+    or a frame without any measurement. Warns (UserWarning) when +-inf pixels are set to 0.
+    """
+    a = np.asarray(sparse_m)
+    if a.dtype.kind not in "fiu" or a.ndim not in (2, 3):
+      raise ValueError(f"{name}: expected sparse depth (H, W) or (B, H, W) in metres as real numbers, got shape "
+                       f"{a.shape} of {a.dtype}")
+    if a.size == 0:
+      raise ValueError(f"{name}: empty depth map, shape {a.shape}")
+    a = np.asarray(a, np.float32).reshape((-1, *a.shape[-2:]))
+    inf = np.isinf(a)
+    if inf.any():
+      warnings.warn(f"{name}: {int(inf.sum())} infinite pixel(s) set to 0 (no measurement)", stacklevel=3)
+    a = np.where(np.isfinite(a), a, np.float32(0))
+    if (neg := a < 0).any():
+      raise ValueError(f"{name}: {int(neg.sum())} negative depths (min {a.min():.4g} m); use 0 or NaN for no "
+                       "measurement")
+    empty = [i for i in range(a.shape[0]) if not (a[i] > 0).any()]
+    if empty:
+      where = "" if sparse_m is not None and np.ndim(sparse_m) == 2 else f" frame(s) {empty[:5]}"
+      raise ValueError(f"{name}{where}: no measurement (every pixel is 0 or NaN); nothing to complete")
+    return a
+
+  def out_of_range(self, sparse_bhw: np.ndarray) -> np.ndarray:
+    """The measurements of a checked (B, H, W) input outside `input_range_m` (bool; all False when unknown)."""
+    if self.input_range_m is None:
+      return np.zeros(sparse_bhw.shape, bool)
+    lo, hi = self.input_range_m
+    return (sparse_bhw > 0) & ((sparse_bhw < lo) | (sparse_bhw > hi))
+
+  def forward(self, sparse_bhw: np.ndarray) -> dict[str, np.ndarray]:
+    """The raw network fields of a checked (B, H, W) input [m]: {depth [m] (not clamped), confidence (the model's:
+    precision [1/m^2], or the NConv confidence for L1/L2 models; an ensemble's fused precision),
+    output_confidence, input_confidence}, each (B, H, W) numpy, padded and cropped back (step 3)."""
+    _, h, w = sparse_bhw.shape
+    padded = pad_batch(np.asarray(sparse_bhw, np.float32), self.multiple)
+    out = self._fn(self.variables, jnp.asarray(padded)[..., None])
+    return {k: np.asarray(v)[:, :h, :w, 0] for k, v in out.items()}
+
+  def __call__(self, sparse_m, *, name: str = "input") -> Completion:
+    """Completes sparse depth: `sparse_m` (H, W) or (B, H, W) metres, 0 or NaN = no measurement, any H and W.
+
+    Returns a `Completion` whose arrays have the input's shape (see its docstring for each field's meaning and
+    unit). Raises ValueError naming `name` for an input that cannot be completed; warns `InputRangeWarning` when
+    measurements lie outside `input_range_m` (module doc).
+    """
+    single = np.ndim(sparse_m) == 2
+    sparse = self.check_input(sparse_m, name=name)
+    far = self.out_of_range(sparse)
+    if far.any():
+      lo, hi = self.input_range_m
+      v = sparse[far]
+      warnings.warn(f"{name}: {int(far.sum())} measurement(s) outside the {lo:g}-{hi:g} m this model was trained on "
+                    f"({v.min():.4g}-{v.max():.4g} m); its depth and sigma near them are extrapolations",
+                    InputRangeWarning, stacklevel=2)
+    raw = self.forward(sparse)
+    depth = raw["depth"]
+    clamped = depth < 0
+    prec = (raw["confidence"] if self.fusion_rule is not None
+            else losses.precision_of(raw["confidence"], self.loss) if self.has_sigma else None)
+    sigma = None if prec is None else (1.0 / np.sqrt(np.asarray(prec, np.float64))).astype(np.float32)
+    support = scipy.ndimage.maximum_filter(sparse > 0, size=(1, 2 * SUPPORT_RADIUS_PX + 1, 2 * SUPPORT_RADIUS_PX + 1),
+                                           mode="constant", cval=False)
+    fields = {"depth": np.where(clamped, np.float32(0), depth).astype(np.float32), "sigma": sigma,
+              "output_confidence": raw["output_confidence"].astype(np.float32),
+              "input_confidence": raw["input_confidence"].astype(np.float32), "support": support,
+              "clamped": clamped, "out_of_range": far}
+    if single:
+      fields = {k: None if v is None else v[0] for k, v in fields.items()}
+    return Completion(**fields)
+
+  def __repr__(self) -> str:
+    return (f"Completer({self.name}, loss={self.loss}, sigma={'yes' if self.has_sigma else 'no'}, "
+            f"input_range_m={self.input_range_m}, multiple={self.multiple})")

@@ -1,0 +1,356 @@
+r"""Complete the depth of a ROS 2 bag: depth images, or LiDAR point clouds with a camera, in; a new bag out.
+
+  python -m pncnn_jax.inference.rosbag --input IN --output OUT --depth_topic /camera/depth/image_raw
+  python -m pncnn_jax.inference.rosbag --input IN --output OUT --points_topic /velodyne_points \
+      --camera_info_topic /camera/camera_info [--calib lidar_to_camera.yaml]
+      [--checkpoint synthetic:<name> | PATH] [--namespace /pncnn] [--no_progress]
+
+Needs the `ros` extra (`pip install 'pncnn_jax[ros]'`: the pure-Python `rosbags` package; no ROS installation).
+IN is a rosbag2 directory (or its .db3 / .mcap file); it is only read. OUT must not exist: a new rosbag2
+directory (sqlite3 storage, rosbag2 format version 9) holding, per input frame,
+
+  <namespace>/depth        sensor_msgs/Image 32FC1, metres: the completed depth z along the optical axis
+  <namespace>/sigma        sensor_msgs/Image 32FC1, metres: its predicted standard deviation (a model with a sigma,
+                           `Completer.has_sigma`); for a model without one, <namespace>/confidence instead: the
+                           output confidence (unitless, not calibrated; it ranks pixels)
+  <namespace>/camera_info  sensor_msgs/CameraInfo: the frame's camera (when the input bag has one)
+
+each with the input frame's header (its stamp; its frame_id for depth images, the camera's frame_id for point
+clouds, whose depth map lies in the camera) and written at the input message's bag time. A frame without any
+measurement is written as NaN depth and sigma (REP 118's "no value" for float depth) and counted in the summary.
+If the conversion fails or is interrupted, OUT is removed: nothing half-written is left under its name.
+
+Inputs (REP 118):
+  --depth_topic        sensor_msgs/Image, 32FC1 in metres (NaN, +-Inf and values <= 0: no measurement) or
+                       16UC1 / mono16 in millimetres (0: no measurement); either byte order, any row padding. The
+                       camera info is --camera_info_topic, else the image's sibling `<namespace>/camera_info`
+                       when the bag has it (ROS's camera convention), else none is written.
+  --points_topic       sensor_msgs/PointCloud2 with float32 or float64 fields x, y, z (other fields ignored; NaN
+                       points dropped), with --camera_info_topic (sensor_msgs/CameraInfo, required): the depth map
+                       is the camera's rectified image, height x width of the CameraInfo, projected with its P
+                       (3x4; K when P is all zero), as `pncnn_jax.data.points.project_points` does (z > 0, the
+                       nearest return per pixel, round(u), round(v)): K = P[:, :3], and P's 4th column (a stereo
+                       baseline, 0 for a monocular camera) becomes a translation. Each cloud takes the latest
+                       CameraInfo stamped at or before it (the first one for clouds before any).
+  LiDAR -> camera      the transform from the clouds' frame to the CameraInfo's optical frame (x right, y down,
+                       z forward) comes from --calib, a YAML / JSON file with `T_cam_from_lidar` (4x4 or 3x4, the
+                       schema of `pncnn_jax.data.points`; K and image_size there are ignored: CameraInfo's win).
+                       Without --calib the clouds must already be in the camera's frame (the same frame_id).
+                       /tf and /tf_static are not read: a calibration file is explicit, versioned with the data,
+                       and does not depend on which transforms a recording happened to capture.
+
+Errors (a bag without the named topic, a topic of another type, an unsupported encoding, an existing OUT) are one
+line on stderr and exit status 2; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import pathlib
+import shutil
+import sys
+import time
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from pncnn_jax.data import points as points_lib
+
+IMAGE, CAMERA_INFO, POINTCLOUD2 = "sensor_msgs/msg/Image", "sensor_msgs/msg/CameraInfo", "sensor_msgs/msg/PointCloud2"
+DEPTH_ENCODINGS = {"32FC1": ("f4", 1.0), "16UC1": ("u2", 1e-3), "mono16": ("u2", 1e-3)}  # dtype, metres per unit
+POINT_DTYPES = {7: "f4", 8: "f8"}  # sensor_msgs/PointField FLOAT32, FLOAT64
+BAG_VERSION = 9  # the rosbag2 format version rosbags' Writer writes (ROS 2 Jazzy and newer read it)
+
+
+def _rosbags():
+  """(Reader, Writer, typestore) of the `rosbags` package, or an ImportError saying how to install it."""
+  try:
+    from rosbags.rosbag2 import Reader, Writer  # pylint: disable=g-import-not-at-top
+    from rosbags.typesys import Stores, get_typestore  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f"ROS bags need the rosbags package: pip install 'pncnn_jax[ros]' ({e})") from None
+  return Reader, Writer, get_typestore(Stores.ROS2_HUMBLE)
+
+
+def image_to_depth(msg: Any, where: str = "image") -> np.ndarray:
+  """sensor_msgs/Image (32FC1 metres, 16UC1 / mono16 millimetres) -> (H, W) float32 metres, 0 = no measurement."""
+  if msg.encoding not in DEPTH_ENCODINGS:
+    raise ValueError(f"{where}: encoding {msg.encoding!r} is not a depth encoding; expected "
+                     f"{', '.join(DEPTH_ENCODINGS)} (REP 118)")
+  kind, scale = DEPTH_ENCODINGS[msg.encoding]
+  dtype = np.dtype((">" if msg.is_bigendian else "<") + kind)
+  h, w, step = int(msg.height), int(msg.width), int(msg.step)
+  data = np.asarray(msg.data, np.uint8)
+  if h < 1 or w < 1 or step < w * dtype.itemsize or data.size < h * step:
+    raise ValueError(f"{where}: {data.size} bytes do not hold a {h}x{w} {msg.encoding} image of step {step}")
+  rows = data[:h * step].reshape(h, step)[:, :w * dtype.itemsize]
+  depth = np.ascontiguousarray(rows).view(dtype).astype(np.float64) * scale
+  return np.where(np.isfinite(depth) & (depth > 0), depth, 0.0).astype(np.float32)
+
+
+def pointcloud2_to_xyz(msg: Any, where: str = "cloud") -> np.ndarray:
+  """sensor_msgs/PointCloud2 -> (N, 3) float64 x, y, z [m] in the cloud's frame; non-finite points dropped."""
+  fields = {f.name: f for f in msg.fields}
+  missing = [n for n in "xyz" if n not in fields]
+  if missing:
+    raise ValueError(f"{where}: no field(s) {', '.join(missing)} (it has {', '.join(fields) or 'none'})")
+  bad = [n for n in "xyz" if fields[n].datatype not in POINT_DTYPES]
+  if bad:
+    raise ValueError(f"{where}: field {bad[0]} has PointField datatype {fields[bad[0]].datatype}; expected FLOAT32 (7) "
+                     f"or FLOAT64 (8)")
+  order = ">" if msg.is_bigendian else "<"
+  step, n_rows, n_cols, row_step = int(msg.point_step), int(msg.height), int(msg.width), int(msg.row_step)
+  dtype = np.dtype({"names": list("xyz"), "formats": [order + POINT_DTYPES[fields[n].datatype] for n in "xyz"],
+                    "offsets": [int(fields[n].offset) for n in "xyz"], "itemsize": step})
+  data = np.asarray(msg.data, np.uint8)
+  if step < 1 or row_step < n_cols * step or data.size < n_rows * row_step:
+    raise ValueError(f"{where}: {data.size} bytes do not hold {n_rows}x{n_cols} points of {step} bytes "
+                     f"(row_step {row_step})")
+  rows = data[:n_rows * row_step].reshape(n_rows, row_step)[:, :n_cols * step]
+  pts = np.ascontiguousarray(rows).view(dtype).reshape(-1)
+  xyz = np.stack([pts[n].astype(np.float64) for n in "xyz"], axis=1)
+  return xyz[np.all(np.isfinite(xyz), axis=1)]
+
+
+def camera_of(info: Any, where: str = "camera_info") -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+  """CameraInfo -> (K (3, 3), T_baseline (4, 4): the translation of P's 4th column, (H, W)): projecting with
+  K @ T_baseline[:3] equals P (module doc)."""
+  P = np.asarray(info.p, np.float64).reshape(3, 4)
+  if not P.any():
+    P = np.hstack([np.asarray(info.k, np.float64).reshape(3, 3), np.zeros((3, 1))])
+  K = P[:, :3]
+  if not (K[0, 0] > 0 and K[1, 1] > 0 and np.allclose(K[2], [0, 0, 1])):
+    raise ValueError(f"{where}: P / K is not a calibrated pinhole camera (P = {np.round(P, 3).tolist()})")
+  if int(info.height) < 1 or int(info.width) < 1:
+    raise ValueError(f"{where}: image size {info.height}x{info.width}")
+  T = np.eye(4)
+  T[:3, 3] = np.linalg.solve(K, P[:, 3])
+  return K, T, (int(info.height), int(info.width))
+
+
+def _topic(reader: Any, bag: pathlib.Path, flag: str, topic: str, msgtype: str) -> list[Any]:
+  """The connections of `topic`, checked: present, of `msgtype`, with messages. One-line errors naming `flag`."""
+  conns = [c for c in reader.connections if c.topic == topic]
+  if not conns:
+    have = ", ".join(f"{t} ({i.msgtype})" for t, i in sorted(reader.topics.items())) or "none"
+    raise ValueError(f"{flag} {topic}: no such topic in {bag} (its topics: {have})")
+  if any(c.msgtype != msgtype for c in conns):
+    raise ValueError(f"{flag} {topic} in {bag} is {conns[0].msgtype}, expected {msgtype}")
+  if not sum(c.msgcount for c in conns):
+    raise ValueError(f"{flag} {topic}: no messages in {bag}")
+  return conns
+
+
+def _stamp_ns(header: Any) -> int:
+  return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
+
+
+def _camera_infos(reader: Any, conns: list[Any], typestore: Any) -> list[tuple[int, Any]]:
+  """[(stamp [ns], CameraInfo)] in stamp order."""
+  infos = [typestore.deserialize_cdr(raw, c.msgtype) for c, _, raw in reader.messages(connections=conns)]
+  return sorted(((_stamp_ns(i.header), i) for i in infos), key=lambda x: x[0])
+
+
+def _info_at(infos: list[tuple[int, Any]], stamp: int) -> Any:
+  """The latest CameraInfo stamped at or before `stamp`, else the first."""
+  before = [i for s, i in infos if s <= stamp]
+  return before[-1] if before else infos[0][1]
+
+
+def check_output(output: str | os.PathLike) -> pathlib.Path:
+  """OUT must not exist (a new bag directory)."""
+  out = pathlib.Path(output)
+  if out.exists() or out.is_symlink():
+    raise FileExistsError(f"--output {out} already exists; name a new bag directory (nothing is overwritten)")
+  if not out.parent.is_dir():
+    raise FileNotFoundError(f"--output {out}: its folder {out.parent} does not exist")
+  return out
+
+
+def complete_bag(input_bag: str | os.PathLike, output_bag: str | os.PathLike, completer: Any, *,
+                 depth_topic: str | None = None, points_topic: str | None = None,
+                 camera_info_topic: str | None = None, calib: str | os.PathLike | None = None,
+                 namespace: str = "/pncnn", progress: bool = True,
+                 log: Callable[[str], None] = print) -> dict[str, Any]:
+  """What `python -m pncnn_jax.inference.rosbag` does (module doc), with a loaded `completer`
+  (`pncnn_jax.inference.completer.Completer`: (H, W) metres -> depth [m], sigma [m]). Returns a summary dict.
+
+  Raises FileNotFoundError / FileExistsError / ValueError (one line naming the flag or the bag) before writing
+  anything for a wrong bag, topic, calibration or output; OUT is removed if the conversion fails afterwards.
+  """
+  frames = _Frames(input_bag, depth_topic=depth_topic, points_topic=points_topic,
+                   camera_info_topic=camera_info_topic, calib=calib)
+  out = check_output(output_bag)
+  return frames.complete(out, completer, namespace=namespace.rstrip("/"), progress=progress, log=log)
+
+
+class _Frames:
+  """An input bag opened and checked: which topic, what camera, how to turn a message into sparse metres."""
+
+  def __init__(self, input_bag, *, depth_topic, points_topic, camera_info_topic, calib):
+    if (depth_topic is None) == (points_topic is None):
+      raise ValueError("name one input: --depth_topic (depth images) or --points_topic (point clouds)")
+    if depth_topic is not None and calib is not None:
+      raise ValueError("--calib (LiDAR -> camera) applies to --points_topic, not to depth images")
+    if points_topic is not None and camera_info_topic is None:
+      raise ValueError("--points_topic needs --camera_info_topic: the camera the points are projected into")
+    self.Reader, self.Writer, self.typestore = _rosbags()
+    self.bag = pathlib.Path(input_bag)
+    if not self.bag.exists():
+      raise FileNotFoundError(f"--input {self.bag}: no such bag")
+    self.points = points_topic is not None
+    self.topic = points_topic if self.points else depth_topic
+    flag = "--points_topic" if self.points else "--depth_topic"
+    self.T = None if calib is None else points_lib.read_transform(calib)
+    with self._reader() as reader:
+      self.conns = _topic(reader, self.bag, flag, self.topic, POINTCLOUD2 if self.points else IMAGE)
+      self.count = sum(c.msgcount for c in self.conns)
+      if camera_info_topic is None:  # a depth image's sibling camera_info, when the bag has it
+        sibling = self.topic.rsplit("/", 1)[0] + "/camera_info"
+        found = [c for c in reader.connections if c.topic == sibling and c.msgtype == CAMERA_INFO and c.msgcount]
+        camera_info_topic = sibling if found else None
+      self.info_topic = camera_info_topic
+      self.infos = []
+      if camera_info_topic is not None:
+        info_conns = _topic(reader, self.bag, "--camera_info_topic", camera_info_topic, CAMERA_INFO)
+        self.infos = _camera_infos(reader, info_conns, self.typestore)
+        for _, info in self.infos:
+          camera_of(info, f"--camera_info_topic {camera_info_topic}")  # checked once, before any work
+      if self.points and self.T is None:
+        first = self.typestore.deserialize_cdr(next(reader.messages(connections=self.conns))[2], POINTCLOUD2)
+        cam_frame = self.infos[0][1].header.frame_id
+        if first.header.frame_id != cam_frame:
+          raise ValueError(f"--points_topic {self.topic} is in frame {first.header.frame_id!r}, the camera in "
+                           f"{cam_frame!r}: pass --calib FILE with T_cam_from_lidar (/tf_static is not read)")
+
+  @contextlib.contextmanager
+  def _reader(self):
+    """The input bag, open for reading (rosbags' Reader: it never writes to the bag)."""
+    try:
+      reader = self.Reader(self.bag)
+      reader.open()
+    except Exception as e:  # noqa: BLE001  (rosbags raises its own errors, sqlite3's and yaml's for a broken bag)
+      raise ValueError(f"--input {self.bag}: not a readable rosbag2 bag ({_first_line(e)})") from None
+    try:
+      yield reader
+    finally:
+      reader.close()
+
+  def sparse(self, msg: Any, index: int) -> tuple[np.ndarray, Any, Any]:
+    """A message -> (sparse (H, W) metres, the output header, its CameraInfo or None)."""
+    where = f"{self.topic} message {index}"
+    stamp = _stamp_ns(msg.header)
+    info = _info_at(self.infos, stamp) if self.infos else None
+    if not self.points:
+      return image_to_depth(msg, where), msg.header, info
+    K, baseline, size = camera_of(info)
+    T = baseline if self.T is None else baseline @ self.T
+    depth = points_lib.project_points(pointcloud2_to_xyz(msg, where), K, T, size)
+    header = dataclasses.replace(msg.header, frame_id=info.header.frame_id)
+    return depth, header, info
+
+  def complete(self, out: pathlib.Path, completer: Any, *, namespace: str, progress: bool,
+               log: Callable[[str], None]) -> dict[str, Any]:
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
+    ts = self.typestore
+    Image = ts.types[IMAGE]
+    second = "sigma" if completer.has_sigma else "confidence"
+    topics = {"depth": f"{namespace}/depth", second: f"{namespace}/{second}",
+              "camera_info": f"{namespace}/camera_info"}
+    source = f"{self.topic} ({'PointCloud2' if self.points else 'Image'})" + (
+        f" with camera info {self.info_topic}" if self.info_topic else " (no camera info)")
+    log(f"reading {self.bag}: {self.count} frames on {source}")
+    t0 = time.perf_counter()
+    empty, far, n = [], 0, 0
+    try:
+      with self._reader() as reader, self.Writer(out, version=BAG_VERSION) as writer:
+        conns = {k: writer.add_connection(t, CAMERA_INFO if k == "camera_info" else IMAGE, typestore=ts)
+                 for k, t in topics.items() if k != "camera_info" or self.info_topic}
+        bar = tqdm(total=self.count, unit="frame", desc="completing", disable=not progress, file=sys.stderr)
+        for conn, bag_time, raw in reader.messages(connections=self.conns):
+          msg = ts.deserialize_cdr(raw, conn.msgtype)
+          sparse, header, info = self.sparse(msg, n)
+          if (sparse > 0).any():
+            with warnings.catch_warnings(record=True) as caught:
+              warnings.simplefilter("always")
+              result = completer(sparse, name=f"{self.topic} message {n}")
+            far += any(w.category.__name__ == "InputRangeWarning" for w in caught)
+            depth = result.depth
+            second_field = result.sigma if completer.has_sigma else result.output_confidence
+          else:  # nothing to complete: REP 118's "no value"
+            empty.append(n)
+            depth = second_field = np.full(sparse.shape, np.nan, np.float32)
+          for key, field in (("depth", depth), (second, second_field)):
+            img = Image(header=header, height=field.shape[0], width=field.shape[1], encoding="32FC1",
+                        is_bigendian=0, step=4 * field.shape[1],
+                        data=np.frombuffer(np.ascontiguousarray(field, "<f4").tobytes(), np.uint8))
+            writer.write(conns[key], bag_time, ts.serialize_cdr(img, IMAGE))
+          if info is not None:
+            writer.write(conns["camera_info"], bag_time,
+                         ts.serialize_cdr(dataclasses.replace(info, header=header), CAMERA_INFO))
+          n += 1
+          bar.update()
+        bar.close()
+    except BaseException:
+      shutil.rmtree(out, ignore_errors=True)  # ours, new: nothing half-written stays under the user's name
+      raise
+    seconds = time.perf_counter() - t0
+    unit = "metres" if completer.has_sigma else "unitless, not calibrated"
+    info = f", {topics['camera_info']}" if self.info_topic else ""
+    log(f"wrote {out}: {n} frames on {topics['depth']} (32FC1, metres), {topics[second]} (32FC1, {unit}){info} "
+        f"in {seconds:.1f} s ({seconds / max(n, 1):.2f} s/frame, the first frame's compilation included)")
+    if empty:
+      log(f"note: {len(empty)} frame(s) without any measurement written as NaN (messages {empty[:5]})")
+    if far:
+      log(f"note: {far} frame(s) hold measurements beyond the {completer.input_range_m[1]:g} m the model was "
+          f"trained on; their depth and sigma near those points are extrapolations")
+    return {"frames": n, "empty": empty, "out_of_range": far, "topics": topics, "seconds": seconds}
+
+
+def _first_line(e: BaseException) -> str:
+  return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+  from pncnn_jax.inference import completer as completer_lib  # pylint: disable=g-import-not-at-top
+
+  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.inference.rosbag",
+                                   description=__doc__.splitlines()[0])
+  parser.add_argument("--input", required=True, help="rosbag2 directory (or its .db3 / .mcap file); only read")
+  parser.add_argument("--output", required=True, help="the new bag directory (must not exist)")
+  parser.add_argument("--checkpoint", default=completer_lib.RECOMMENDED,
+                      help=f"a shipped name ('synthetic:<name>') or any checkpoint predict takes (default "
+                           f"{completer_lib.RECOMMENDED})")
+  parser.add_argument("--depth_topic", default=None, help="sensor_msgs/Image depth topic (32FC1 m, 16UC1 mm)")
+  parser.add_argument("--points_topic", default=None, help="sensor_msgs/PointCloud2 topic (with --camera_info_topic)")
+  parser.add_argument("--camera_info_topic", default=None, help="sensor_msgs/CameraInfo topic")
+  parser.add_argument("--calib", default=None,
+                      help="YAML/JSON with T_cam_from_lidar: the clouds' frame -> the camera's optical frame")
+  parser.add_argument("--namespace", default="/pncnn", help="prefix of the output topics (default /pncnn)")
+  parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+  a = parser.parse_args(argv)
+  out = pathlib.Path(a.output)
+  try:
+    frames = _Frames(a.input, depth_topic=a.depth_topic, points_topic=a.points_topic,
+                     camera_info_topic=a.camera_info_topic, calib=a.calib)
+    out = check_output(a.output)
+    if not a.namespace.startswith("/") or a.namespace.rstrip("/") == "":
+      raise ValueError(f"--namespace {a.namespace!r}: expected an absolute topic prefix such as /pncnn")
+    completer = completer_lib.Completer.from_checkpoint(a.checkpoint)
+    frames.complete(out, completer, namespace=a.namespace.rstrip("/"), progress=not a.no_progress, log=print)
+  except (ValueError, FileNotFoundError, FileExistsError, ImportError, OSError) as e:
+    print(f"error: {_first_line(e)}", file=sys.stderr)
+    return 2
+  except KeyboardInterrupt:
+    print(f"error: interrupted; {out} was not written", file=sys.stderr)
+    return 130
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,248 @@
+"""predict on hostile inputs and places (issue 39, predict side; issue 40.6, streaming): outputs are physical or
+flagged, units are kept, writes are atomic, links are named, reruns skip finished frames, memory stays flat.
+
+Every case runs the command (`predict.main`) on 16x24 frames with the shipped `synthetic:ncnn` (an NCNN: one
+small program, compiled once for the whole module) and checks the exit status, the one-line message, that there
+is no traceback, and that the inputs are unchanged."""
+
+import errno
+import importlib.util
+import os
+import pathlib
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from pncnn_jax.inference import completer as completer_lib
+from pncnn_jax.inference import predict
+
+MODEL = "synthetic:ncnn"
+SHAPE = (16, 24)
+KITTI_RAW = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "kitti_raw_mini" / "2011_09_26"
+
+
+def _frame(seed=0, shape=SHAPE):
+  rng = np.random.default_rng(seed)
+  return np.where(rng.random(shape) < 0.3, rng.uniform(2, 60, shape), 0).astype(np.float32)
+
+
+def _run(capsys, *args):
+  rc = predict.main(["--checkpoint", MODEL, "--no_preview", "--progress", "off", *map(str, args)])
+  out, err = capsys.readouterr()
+  assert "Traceback" not in err
+  return rc, out, err
+
+
+def _snapshot(d):
+  return {p: p.read_bytes() for p in sorted(pathlib.Path(d).rglob("*")) if p.is_file()}
+
+
+def test_millimetre_arrays_are_written_back_in_millimetres(tmp_path, capsys):
+  """Issue 39: an .npy in mm with --depth_scale 0.001 came back in metres under the same name. 'same' keeps the
+  input's unit (and says it); --output_format npy is float32 metres; sigma is metres in both."""
+  sparse_m = _frame()
+  np.save(tmp_path / "mm.npy", sparse_m * 1000)
+  rc, out, _ = _run(capsys, "--input", tmp_path / "mm.npy", "--output", tmp_path / "same", "--depth_scale", "0.001")
+  assert rc == 0 and "depth in mm" in out, out
+  rc, out, _ = _run(capsys, "--input", tmp_path / "mm.npy", "--output", tmp_path / "m", "--depth_scale", "0.001",
+                    "--output_format", "npy")
+  assert rc == 0 and "depth in m)" in out, out
+  mm, metres = np.load(tmp_path / "same" / "mm.npy"), np.load(tmp_path / "m" / "mm.npy")
+  np.testing.assert_allclose(mm, metres * 1000, rtol=1e-6)
+  assert 2 < np.median(metres) < 60  # metres, as the model predicts them
+  np.testing.assert_array_equal(np.load(tmp_path / "same" / "mm_confidence.npy"),
+                                np.load(tmp_path / "m" / "mm_confidence.npy"))
+
+
+def test_outputs_are_never_negative_and_the_clamp_is_reported(tmp_path, capsys, monkeypatch):
+  """Issue 39: negative depths reached .npy outputs with exit 0. The Completer clamps them at 0 and predict says
+  how many per file."""
+  forward = completer_lib.Completer.forward
+  monkeypatch.setattr(completer_lib.Completer, "forward",
+                      lambda self, x: {**(raw := forward(self, x)), "depth": raw["depth"] - 20.0})
+  np.save(tmp_path / "a.npy", _frame())
+  rc, out, _ = _run(capsys, "--input", tmp_path / "a.npy", "--output", tmp_path / "o")
+  depth = np.load(tmp_path / "o" / "a.npy")
+  assert rc == 0 and depth.min() == 0 and (depth > 0).any()
+  assert f"{int((depth == 0).sum())} negative depth(s) clamped to 0" in out, out
+
+
+def test_inputs_beyond_the_trained_range_warn_per_file(tmp_path, capsys):
+  """Issue 39: 400-499 m points came out as 1 cm without a word. Each file with measurements beyond the range
+  the model was trained on (the synthetic LiDAR's 100 m) gets one warning; the summary counts them."""
+  d = tmp_path / "in"
+  d.mkdir()
+  far = _frame()
+  far[3, 4:8] = [150, 420, 480, 499]
+  np.save(d / "far.npy", far)
+  np.save(d / "near.npy", _frame(1))
+  before = _snapshot(d)
+  rc, out, err = _run(capsys, "--input", d, "--output", tmp_path / "o")
+  assert rc == 0 and (tmp_path / "o" / "far.npy").is_file()
+  lines = [x for x in err.splitlines() if x.startswith("warning:")]
+  assert lines == [f"warning: {d / 'far.npy'}: 4 measurement(s) outside the 0-100 m this model was trained on "
+                   "(150-499 m); its depth and sigma near them are extrapolations"], err
+  assert "1 warning(s)" in out and _snapshot(d) == before
+
+
+def test_a_frame_without_measurements_is_refused_in_one_line(tmp_path, capsys):
+  """Issue 39: an all-zero frame came out as 2.7 mm everywhere, exit 0."""
+  d = tmp_path / "in"
+  d.mkdir()
+  np.save(d / "empty.npy", np.zeros(SHAPE, np.float32))
+  np.save(d / "nan.npy", np.full(SHAPE, np.nan, np.float32))
+  np.save(d / "ok.npy", _frame())
+  rc, out, err = _run(capsys, "--input", d, "--output", tmp_path / "o")
+  assert rc == 1
+  for name in ("empty.npy", "nan.npy"):
+    assert f"FAILED {d / name}: no measurement (every pixel is 0 or NaN); nothing to complete" in err
+    assert not (tmp_path / "o" / name).exists()
+  assert (tmp_path / "o" / "ok.npy").is_file() and "2 failed" in out
+
+
+def test_links_in_the_input_folder_are_followed_or_named(tmp_path, capsys):
+  """Issue 39: dangling links and symlinked folders were skipped without a word. Symlinked folders are followed
+  (each real folder once: a loop is named), dangling links are named."""
+  real = tmp_path / "real"
+  real.mkdir()
+  np.save(real / "b.npy", _frame(2))
+  d = tmp_path / "in"
+  d.mkdir()
+  np.save(d / "a.npy", _frame())
+  (d / "linked").symlink_to(real, target_is_directory=True)
+  (d / "dangling.npy").symlink_to(tmp_path / "gone.npy")
+  (real / "loop").symlink_to(d, target_is_directory=True)
+  rc, out, err = _run(capsys, "--input", d, "--output", tmp_path / "o")
+  assert rc == 0, err
+  assert (tmp_path / "o" / "a.npy").is_file() and (tmp_path / "o" / "linked" / "b.npy").is_file()
+  assert f"warning: {d / 'dangling.npy'}: a dangling link (its target {tmp_path / 'gone.npy'} does not exist); " \
+         "skipped" in err
+  assert f"warning: {d / 'linked' / 'loop'}: a symlinked folder already searched" in err
+  assert "2 input(s): 2 completed" in out
+
+
+def _fail_on_call(n, code, monkeypatch, exc=None):
+  """Makes the n-th output write fail with `code` (or raise `exc`) after writing half of its bytes (a disk
+  filling up)."""
+  calls = {"n": 0}
+  real_replace = os.replace
+
+  def replace(src, dst):
+    calls["n"] += 1
+    if calls["n"] == n:
+      data = pathlib.Path(src).read_bytes()
+      pathlib.Path(src).write_bytes(data[: len(data) // 2])
+      raise exc or OSError(code, os.strerror(code), str(src))
+    return real_replace(src, dst)
+  monkeypatch.setattr(predict.os, "replace", replace)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_full_disk_or_read_only_output_is_one_line_and_leaves_no_truncated_file(tmp_path, capsys, monkeypatch,
+                                                                                 code):
+  """Issue 39: predict on a full disk left truncated .npy files under their normal names. Each output is written
+  to a temporary name and renamed: the run stops at the first write that fails with one line naming the file,
+  what exists is complete, and a rerun finishes the rest."""
+  d = tmp_path / "in"
+  d.mkdir()
+  for i in range(4):
+    np.save(d / f"f{i}.npy", _frame(i))
+  before = _snapshot(d)
+  out = tmp_path / "o"
+  with monkeypatch.context() as m:
+    _fail_on_call(5, code, m)  # 2 outputs per frame: frames 0 and 1 finish, frame 2's confidence fails
+    rc, _, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 1
+  assert err.strip().splitlines()[-1] == (f"error: cannot write {out / 'f2_confidence.npy'}: {os.strerror(code)}; "
+                                          "2 frame(s) finished before it, whose outputs are complete (rerun to "
+                                          "continue)"), err
+  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f1.npy", "f1_confidence.npy"]
+  for p in out.iterdir():
+    assert np.load(p).shape == SHAPE  # complete files only
+  rc, log, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 0 and "4 input(s): 2 completed, 2 skipped" in log, log
+  assert _snapshot(d) == before
+
+
+def test_ctrl_c_is_one_line_and_leaves_complete_files(tmp_path, capsys, monkeypatch):
+  d = tmp_path / "in"
+  d.mkdir()
+  for i in range(3):
+    np.save(d / f"f{i}.npy", _frame(i))
+  out = tmp_path / "o"
+  with monkeypatch.context() as m:
+    _fail_on_call(3, None, m, exc=KeyboardInterrupt())
+    rc, _, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 130 and err.strip() == ("interrupted: the outputs written so far are complete; rerun the command to "
+                                       "finish the rest"), err
+  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy"]  # no temporary file left
+  rc, log, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 0 and "3 input(s): 2 completed, 1 skipped" in log, log
+
+
+def test_a_directory_of_hundreds_of_frames_streams_in_flat_memory_and_a_rerun_skips(tmp_path, capsys):
+  """Issue 40.6: hundreds of frames run one at a time (memory does not grow with their number), end with a
+  summary, and a rerun skips the finished ones."""
+  shape = (32, 48)  # 6 kB per field: keeping the ~7 fields of each frame would grow 8 MB over 200 frames
+  folders = {}
+  for n in (5, 20, 200):
+    folders[n] = tmp_path / f"in{n}"
+    folders[n].mkdir()
+    for i in range(n):
+      np.save(folders[n] / f"{i:04d}.npy", _frame(i % 7, shape))
+  _run(capsys, "--input", folders[5], "--output", tmp_path / "warm")  # compiles
+  peaks = []
+  for n in (20, 200):
+    tracemalloc.start()
+    rc, out, _ = _run(capsys, "--input", folders[n], "--output", tmp_path / f"o{n}")
+    peaks.append(tracemalloc.get_traced_memory()[1])
+    tracemalloc.stop()
+    assert rc == 0
+  assert peaks[1] - peaks[0] < 1e6, peaks  # 10x the frames: no more than the list of names more
+  summary = out.strip().splitlines()[-1]
+  assert summary.startswith("summary: 200 input(s): 200 completed, 0 skipped") and "frames/s" in summary, summary
+  out_dir = tmp_path / "o200"
+  mtime = (out_dir / "0000.npy").stat().st_mtime_ns
+  (out_dir / "0007.npy").unlink()  # an unfinished frame
+  rc, out, _ = _run(capsys, "--input", folders[200], "--output", out_dir)
+  assert rc == 0 and "200 input(s): 1 completed, 199 skipped" in out, out
+  assert out.count("->") == 1 and "0007.npy" in out
+  assert (out_dir / "0000.npy").stat().st_mtime_ns == mtime
+  rc, out, _ = _run(capsys, "--input", folders[5], "--output", tmp_path / "warm", "--overwrite")
+  assert rc == 0 and "5 completed, 0 skipped" in out
+
+
+def test_the_progress_bar_shows_rate_and_time_left(tmp_path, capsys):
+  for i in range(3):
+    np.save(tmp_path / f"{i}.npy", _frame(i))
+  rc, _, err = _run(capsys, "--input", tmp_path, "--output", tmp_path / "o", "--progress", "on")
+  assert rc == 0 and "3/3" in err and "frame/s" in err and "<00:00" in err, err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pncnn_jax.data.points") is None, reason="no pncnn_jax.data.points")
+def test_points_and_calibration_are_completed(tmp_path, capsys):
+  """--points SCAN --calib CALIB: points projected into the camera (pncnn_jax.data.points) and completed, in
+  metres; a calibration without the camera asked for is one line before the model loads."""
+  from pncnn_jax.data import points  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  z = np.full(300, 20.0)  # a wall 20 m away
+  uv = rng.uniform([-1, -1], [25, 17], (300, 2))  # pixels, some outside the 24 x 16 image
+  xyz = np.stack([(uv[:, 0] - 12) * z / 20, (uv[:, 1] - 8) * z / 20, z], 1).astype(np.float32)
+  np.save(tmp_path / "scan.npy", xyz)
+  calib = tmp_path / "calib.json"
+  calib.write_text('{"K": [[20, 0, 12], [0, 20, 8], [0, 0, 1]], "T_cam_from_lidar": [[1, 0, 0, 0], [0, 1, 0, 0], '
+                   '[0, 0, 1, 0], [0, 0, 0, 1]], "image_size": [16, 24]}')
+  rc, out, err = _run(capsys, "--points", tmp_path / "scan.npy", "--calib", calib, "--output", tmp_path / "o")
+  assert rc == 0, err
+  depth = np.load(tmp_path / "o" / "scan.npy")
+  sparse = points.sparse_depth_from_files(tmp_path / "scan.npy", calib)
+  assert depth.shape == sparse.shape == SHAPE and depth.min() >= 0 and "(points, 1 m per unit" in out
+  hit = sparse > 0
+  assert np.abs(depth[hit] - 20).max() < 1 and abs(np.median(depth) - 20) < 1  # the wall, in metres
+  if KITTI_RAW.is_dir():
+    rc, _, err = _run(capsys, "--points", tmp_path / "scan.npy", "--calib", KITTI_RAW, "--camera", "07",
+                      "--output", tmp_path / "p")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "07" in err and not (tmp_path / "p").exists()
+  rc, _, err = _run(capsys, "--points", tmp_path / "scan.npy", "--output", tmp_path / "p")
+  assert rc == 2 and "--points needs --calib" in err and not (tmp_path / "p").exists()

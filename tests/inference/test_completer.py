@@ -1,0 +1,148 @@
+"""The completer API: equal to the low-level path (load, build_model, jit(apply) on the padded input), batches,
+compiles once per padded shape, and checks its input (NaN, inf, negative, empty frames, trained range)."""
+
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+import pncnn_jax
+from pncnn_jax import losses
+from pncnn_jax.checkpoints import loader
+from pncnn_jax.inference import completer as completer_lib
+from pncnn_jax.inference import predict
+
+SMALL = "synthetic:ncnn_conf_l1"  # an NCNN: a few hundred weights, compiles in a second
+
+
+@pytest.fixture(scope="module")
+def small():
+  return completer_lib.Completer.from_pretrained(SMALL)
+
+
+def _sparse(shape, seed=0, density=0.3, top=60.0):
+  rng = np.random.default_rng(seed)
+  return np.where(rng.random(shape) < density, rng.uniform(2, top, shape), 0).astype(np.float32)
+
+
+def _low_level(name, sparse_hw):
+  """The five steps by hand: load, build the model, pad to a multiple of 8, jit(apply), crop back."""
+  ckpt = loader.load(name)
+  h, w = sparse_hw.shape
+  padded = predict.pad_to_multiple(sparse_hw)
+  out = jax.jit(ckpt.build_model().apply)(ckpt.variables, padded[None, ..., None])
+  return ckpt, jax.tree.map(lambda a: np.asarray(a)[0, :h, :w, 0], out)
+
+
+def test_the_api_equals_the_low_level_path(small):
+  sparse = _sparse((13, 21))  # pads to 16 x 24
+  ckpt, ref = _low_level(SMALL, sparse)
+  out = small(sparse)
+  assert out.depth.shape == out.output_confidence.shape == out.input_confidence.shape == (13, 21)
+  assert out.depth.dtype == np.float32 and out.sigma is None and not small.has_sigma  # an L1 model: no sigma
+  np.testing.assert_allclose(out.depth, np.clip(ref.depth, 0, None), rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(out.clamped, ref.depth < 0)
+  np.testing.assert_allclose(out.output_confidence, ref.nconv_confidence, rtol=1e-6, atol=1e-12)
+  np.testing.assert_allclose(out.input_confidence, ref.input_confidence, rtol=1e-6)
+  assert (out.depth >= 0).all() and (out.input_confidence >= 0).all()
+  assert small.input_range_m == (0.0, 100.0) == completer_lib.input_range_of(ckpt.identity["dataset"])
+
+
+def test_a_batch_equals_its_frames_and_compiles_once_per_padded_shape(small):
+  frames = np.stack([_sparse((13, 21), seed=s) for s in range(3)])
+  before = small._fn._cache_size()  # pylint: disable=protected-access
+  batch = small(frames)
+  assert batch.depth.shape == (3, 13, 21)
+  for i in range(3):
+    one = small(frames[i])
+    np.testing.assert_allclose(batch.depth[i], one.depth, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(batch.support[i], one.support)
+  small(_sparse((14, 22), seed=9))  # pads to 16 x 24 as well: no new program
+  assert small._fn._cache_size() - before <= 2  # (3, 16, 24) and (1, 16, 24): one each  # pylint: disable=protected-access
+
+
+def test_nan_is_no_measurement_and_bad_input_is_named(small):
+  sparse = _sparse((16, 24), seed=1)
+  with_nan = np.where(sparse > 0, sparse, np.nan)
+  np.testing.assert_array_equal(small(with_nan).depth, small(sparse).depth)
+  poisoned = sparse.copy()
+  poisoned[2, 3], poisoned[4, 5] = np.inf, -np.inf
+  with pytest.warns(UserWarning, match="frame.npy: 2 infinite pixel"):
+    out = small(poisoned, name="frame.npy")
+  assert np.isfinite(out.depth).all()
+  negative = sparse.copy()
+  negative[1, 3] = -3.0
+  with pytest.raises(ValueError, match=r"frame.npy: 1 negative depths \(min -3 m\)"):
+    small(negative, name="frame.npy")
+  with pytest.raises(ValueError, match="frame.npy: no measurement"):
+    small(np.zeros((16, 24)), name="frame.npy")
+  with pytest.raises(ValueError, match=r"input frame\(s\) \[1\]: no measurement"):
+    small(np.stack([sparse, np.full((16, 24), np.nan)]))
+  with pytest.raises(ValueError, match=r"expected sparse depth \(H, W\) or \(B, H, W\)"):
+    small(sparse[None, ..., None])
+
+
+def test_inputs_beyond_the_trained_range_warn_and_are_marked(small):
+  sparse = _sparse((16, 24), seed=2)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # inside the range: no warning
+    small(sparse)
+  far = sparse.copy()
+  far[5, 7] = 450.0
+  with pytest.warns(completer_lib.InputRangeWarning, match=r"1 measurement\(s\) outside the 0-100 m this model was "
+                    r"trained on \(450-450 m\)"):
+    out = small(far)
+  assert out.out_of_range.sum() == 1 and out.out_of_range[5, 7]
+
+
+def test_negative_depths_are_clamped_and_recorded(small, monkeypatch):
+  """Where the network's raw depth is negative the API returns 0 and marks the pixel in `clamped`."""
+  sparse = _sparse((16, 24), seed=3)
+  forward = small.forward
+
+  def shifted(x):
+    raw = forward(x)
+    return {**raw, "depth": raw["depth"] - 30.0}
+  monkeypatch.setattr(small, "forward", shifted)
+  out = small(sparse)
+  raw = forward(sparse[None])["depth"][0] - 30.0
+  assert out.clamped.any() and (out.depth >= 0).all()
+  np.testing.assert_array_equal(out.clamped, raw < 0)
+  np.testing.assert_array_equal(out.depth, np.maximum(raw, 0))
+
+
+def test_support_marks_pixels_near_a_measurement(small):
+  sparse = np.zeros((16, 24), np.float32)
+  sparse[8, 2] = 10.0
+  out = small(sparse)
+  radius = completer_lib.SUPPORT_RADIUS_PX
+  assert out.support[8, 2 + radius] and not out.support[8, 3 + radius] and out.support[0, 0]
+  assert np.isfinite(out.output_confidence).all()
+
+
+def test_a_probabilistic_model_gives_sigma_in_metres():
+  """The recommended model (the default): sigma = 1 / sqrt(precision) of the network's raw output (the forward
+  pass itself is held to the low-level path by the test above; one compilation of this larger model here)."""
+  c = pncnn_jax.Completer.from_pretrained()
+  assert c.name == completer_lib.RECOMMENDED and c.has_sigma and pncnn_jax.Completion is completer_lib.Completion
+  sparse = _sparse((16, 24), seed=4)
+  out = c(sparse)
+  raw = c.forward(sparse[None])
+  prec = losses.precision_of(raw["confidence"][0], c.loss)
+  np.testing.assert_allclose(out.sigma, 1 / np.sqrt(prec), rtol=1e-5)
+  np.testing.assert_array_equal(out.depth, np.maximum(raw["depth"][0], 0))
+  assert out.sigma.dtype == np.float32 and (out.sigma > 0).all() and (out.input_confidence >= 0).all()
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"fusion": "mean"}, "fusion and precision_scales need an ensemble"),
+    ({"multiple": 0}, "pad multiple must be an integer >= 1"),
+])
+def test_bad_settings_are_one_line_errors(kw, message):
+  with pytest.raises(ValueError, match=message):
+    completer_lib.Completer.from_checkpoint(SMALL, **kw)
+
+
+def test_the_package_door_exports_it():
+  assert pncnn_jax.Completer is completer_lib.Completer and "Completer" in dir(pncnn_jax)

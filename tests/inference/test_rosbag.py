@@ -1,0 +1,250 @@
+"""`python -m pncnn_jax.inference.rosbag`: small bags of both kinds (depth images; point clouds with a camera) are
+written with rosbags, completed through `main(argv)` and read back: stamps, headers, encodings, shapes, and values
+equal to the Completer's on the same sparse input; the input bag is unchanged; bad input is one line."""
+
+import hashlib
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("rosbags")
+
+from pncnn_jax.data import points  # noqa: E402
+from pncnn_jax.inference import completer as completer_lib  # noqa: E402
+from pncnn_jax.inference import rosbag  # noqa: E402
+
+MODEL = "synthetic:pncnn_masked"  # a pNCNN: it has a sigma
+H, W = 12, 20  # pads to 16 x 24: one compiled program for every frame of both bags
+K = np.array([[12.0, 0.0, 9.5], [0.0, 12.0, 5.5], [0.0, 0.0, 1.0]])
+# LiDAR (x forward, y left, z up) -> camera optical frame (x right, y down, z forward), the LiDAR 0.2 m above.
+T_CAM_FROM_LIDAR = np.array([[0.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, -0.2], [1.0, 0.0, 0.0, 0.0], [0, 0, 0, 1.0]])
+
+pytestmark = pytest.mark.xdist_group("rosbag")
+
+
+@pytest.fixture(scope="module")
+def completer():
+  return completer_lib.Completer.from_pretrained(MODEL)
+
+
+@pytest.fixture(scope="module")
+def ros():
+  return rosbag._rosbags()  # pylint: disable=protected-access
+
+
+def _header(ts, sec, nanosec, frame):
+  return ts.types["std_msgs/msg/Header"](stamp=ts.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
+                                          frame_id=frame)
+
+
+def _camera_info(ts, header, baseline_px=0.0):
+  P = np.hstack([K, [[baseline_px], [0.0], [0.0]]])
+  return ts.types["sensor_msgs/msg/CameraInfo"](
+      header=header, height=H, width=W, distortion_model="plumb_bob", d=np.zeros(5), k=K.ravel(),
+      r=np.eye(3).ravel(), p=P.ravel(), binning_x=0, binning_y=0,
+      roi=ts.types["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+
+
+def _image(ts, header, values, encoding, bigendian=False, pad=0):
+  """A depth image message; `pad` bytes of row padding (step > width * bytes per pixel)."""
+  dtype = {"32FC1": "f4", "16UC1": "u2"}[encoding]
+  a = np.asarray(values).astype((">" if bigendian else "<") + dtype)
+  rows = np.hstack([a.view(np.uint8).reshape(H, -1), np.full((H, pad), 7, np.uint8)])
+  return ts.types["sensor_msgs/msg/Image"](header=header, height=H, width=W, encoding=encoding,
+                                           is_bigendian=int(bigendian), step=rows.shape[1], data=rows.ravel())
+
+
+def _cloud(ts, header, xyz):
+  """PointCloud2 of x, y, z float32 and an intensity, 16 bytes a point, one row."""
+  Field = ts.types["sensor_msgs/msg/PointField"]
+  rec = np.zeros(len(xyz), np.dtype({"names": ["x", "y", "z", "i"], "formats": ["<f4"] * 4,
+                                     "offsets": [0, 4, 8, 12], "itemsize": 16}))
+  rec["x"], rec["y"], rec["z"], rec["i"] = xyz[:, 0], xyz[:, 1], xyz[:, 2], 0.5
+  fields = [Field(name=n, offset=4 * i, datatype=7, count=1) for i, n in enumerate(["x", "y", "z", "intensity"])]
+  return ts.types["sensor_msgs/msg/PointCloud2"](header=header, height=1, width=len(xyz), fields=fields,
+                                                 is_bigendian=False, point_step=16, row_step=16 * len(xyz),
+                                                 data=rec.view(np.uint8).ravel(), is_dense=False)
+
+
+def _write(path, ros, messages):
+  """messages: [(topic, msgtype, bag time [ns], msg)]."""
+  _, Writer, ts = ros
+  with Writer(path, version=rosbag.BAG_VERSION) as w:
+    conns = {}
+    for topic, msgtype, t, msg in messages:
+      if topic not in conns:
+        conns[topic] = w.add_connection(topic, msgtype, typestore=ts)
+      w.write(conns[topic], t, ts.serialize_cdr(msg, msgtype))
+
+
+def _read(path, ros):
+  """{topic: [(bag time, msg)]} of a bag."""
+  Reader, _, ts = ros
+  out = {}
+  with Reader(path) as r:
+    for conn, t, raw in r.messages():
+      out.setdefault(conn.topic, []).append((t, ts.deserialize_cdr(raw, conn.msgtype)))
+  return out
+
+
+def _digest(folder):
+  return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _pixels(msg):
+  assert msg.encoding == "32FC1" and not msg.is_bigendian and msg.step == 4 * msg.width
+  return np.asarray(msg.data, np.uint8).view("<f4").reshape(msg.height, msg.width)
+
+
+def _check_outputs(bag, ros, completer, expected, info_frame):
+  """expected: [(bag time, input header, sparse (H, W) metres or None for an empty frame)]."""
+  got = _read(bag, ros)
+  assert sorted(got) == ["/pncnn/camera_info", "/pncnn/depth", "/pncnn/sigma"]
+  for i, (t, header, sparse) in enumerate(expected):
+    ref = None if sparse is None else completer(sparse)
+    for topic, field in (("/pncnn/depth", "depth"), ("/pncnn/sigma", "sigma")):
+      bag_time, msg = got[topic][i]
+      assert bag_time == t and msg.header == header and (msg.height, msg.width) == (H, W)
+      if ref is None:
+        assert np.isnan(_pixels(msg)).all()
+      else:
+        np.testing.assert_array_equal(_pixels(msg), getattr(ref, field))
+    bag_time, info = got["/pncnn/camera_info"][i]
+    assert bag_time == t and info.header == header and info.header.frame_id == info_frame
+    np.testing.assert_array_equal(info.k, K.ravel())
+  assert all(len(v) == len(expected) for v in got.values())
+
+
+def test_depth_image_bag(tmp_path, ros, completer, capsys):
+  """32FC1 (little-endian, NaN and +Inf as no measurement), 16UC1 millimetres (big-endian, padded rows) and an empty
+  frame; the camera info is found as the image topic's sibling."""
+  ts = ros[2]
+  rng = np.random.default_rng(0)
+  metres = np.where(rng.random((2, H, W)) < 0.3, rng.uniform(2.0, 40.0, (2, H, W)), 0.0)
+  f32 = metres[0].astype(np.float32)
+  f32[0, 0], f32[0, 1] = np.nan, np.inf
+  mm = np.round(metres[1] * 1000).astype(np.uint16)
+  headers = [_header(ts, 100 + i, 250_000_000 * i, "camera_optical") for i in range(3)]
+  times = [5_000_000_000 + i * 100_000_000 for i in range(3)]
+  inp = tmp_path / "in"
+  _write(inp, ros, [
+      ("/camera/depth/camera_info", rosbag.CAMERA_INFO, times[0] - 1, _camera_info(ts, headers[0])),
+      ("/camera/depth/image", rosbag.IMAGE, times[0], _image(ts, headers[0], f32, "32FC1")),
+      ("/camera/depth/image", rosbag.IMAGE, times[1], _image(ts, headers[1], mm, "16UC1", bigendian=True, pad=6)),
+      ("/camera/depth/image", rosbag.IMAGE, times[2], _image(ts, headers[2], np.zeros((H, W)), "32FC1")),
+  ])
+  before = _digest(inp)
+  out = tmp_path / "out"
+  assert rosbag.main(["--input", str(inp), "--output", str(out), "--checkpoint", MODEL,
+                      "--depth_topic", "/camera/depth/image"]) == 0
+  stdout = capsys.readouterr().out
+  assert "3 frames on /camera/depth/image (Image) with camera info /camera/depth/camera_info" in stdout
+  assert "note: 1 frame(s) without any measurement written as NaN (messages [2])" in stdout
+  assert _digest(inp) == before
+  sparse0 = np.where(np.isfinite(f32), f32, 0).astype(np.float32)
+  sparse1 = (mm.astype(np.float64) * 1e-3).astype(np.float32)
+  _check_outputs(out, ros, completer, [(times[0], headers[0], sparse0), (times[1], headers[1], sparse1),
+                                       (times[2], headers[2], None)], "camera_optical")
+
+
+def test_pointcloud_bag_with_camera_info_and_calibration(tmp_path, ros, completer, capsys):
+  """Two LiDAR clouds (in frame 'lidar', with a NaN point) projected into the camera of the CameraInfo through the
+  --calib transform: the same sparse map as `points.project_points`, completed as the Completer does."""
+  ts = ros[2]
+  rng = np.random.default_rng(1)
+  clouds = []
+  for _ in range(2):
+    fwd = rng.uniform(3.0, 30.0, 400)  # x forward, y left, z up, inside the camera's field of view
+    xyz = np.stack([fwd, rng.uniform(-0.7, 0.7, 400) * fwd, rng.uniform(-0.4, 0.6, 400) * fwd], 1)
+    clouds.append(np.vstack([xyz, [[np.nan, 0.0, 0.0], [-5.0, 0.0, 0.0]]]).astype(np.float32))  # NaN, behind
+  headers = [_header(ts, 7, 100 + i, "lidar") for i in range(2)]
+  infos = [_header(ts, 6, 0, "camera_optical"), _header(ts, 7, 101, "camera_optical")]
+  times = [1_000 + 10 * i for i in range(2)]
+  inp = tmp_path / "in"
+  _write(inp, ros, [
+      ("/camera/camera_info", rosbag.CAMERA_INFO, 1, _camera_info(ts, infos[0])),
+      ("/lidar/points", rosbag.POINTCLOUD2, times[0], _cloud(ts, headers[0], clouds[0])),
+      ("/camera/camera_info", rosbag.CAMERA_INFO, times[1] - 1, _camera_info(ts, infos[1], baseline_px=-6.0)),
+      ("/lidar/points", rosbag.POINTCLOUD2, times[1], _cloud(ts, headers[1], clouds[1])),
+  ])
+  calib = tmp_path / "lidar_to_camera.yaml"
+  calib.write_text(yaml.safe_dump({"T_cam_from_lidar": T_CAM_FROM_LIDAR.tolist()}))
+  before = _digest(inp)
+  out = tmp_path / "out"
+  assert rosbag.main(["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--no_progress",
+                      "--points_topic", "/lidar/points", "--camera_info_topic", "/camera/camera_info",
+                      "--calib", str(calib)]) == 0
+  assert "wrote " + str(out) + ": 2 frames" in capsys.readouterr().out
+  assert _digest(inp) == before
+  expected = []
+  for i, baseline_px in enumerate([0.0, -6.0]):  # cloud 1 takes the second CameraInfo (stamped at or before it)
+    T = np.eye(4)
+    T[0, 3] = baseline_px / K[0, 0]  # P's 4th column (fx * b, 0, 0) as a translation
+    sparse = points.project_points(clouds[i], K, T @ T_CAM_FROM_LIDAR, (H, W))
+    assert 50 < (sparse > 0).sum() < H * W
+    header = _header(ts, 7, 100 + i, "camera_optical")  # the cloud's stamp, the camera's frame
+    expected.append((times[i], header, sparse))
+  _check_outputs(out, ros, completer, expected, "camera_optical")
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, ros, capsys):
+  ts = ros[2]
+  inp = tmp_path / "in"
+  hdr = _header(ts, 1, 0, "lidar")
+  _write(inp, ros, [("/camera/camera_info", rosbag.CAMERA_INFO, 1, _camera_info(ts, _header(ts, 1, 0, "cam"))),
+                    ("/lidar/points", rosbag.POINTCLOUD2, 2, _cloud(ts, hdr, np.ones((3, 3), np.float32)))])
+  (tmp_path / "taken").mkdir()
+  cases = [
+      (["--depth_topic", "/camera/depth"], "--depth_topic /camera/depth: no such topic in"),
+      (["--depth_topic", "/lidar/points"], "--depth_topic /lidar/points in"),  # ... is PointCloud2, expected Image
+      (["--points_topic", "/lidar/points"], "--points_topic needs --camera_info_topic"),
+      (["--points_topic", "/lidar/points", "--camera_info_topic", "/camera/camera_info"], "pass --calib FILE"),
+      (["--points_topic", "/lidar/points", "--camera_info_topic", "/cam/info"], "--camera_info_topic /cam/info: no"),
+      (["--points_topic", "/lidar/points", "--camera_info_topic", "/camera/camera_info", "--calib",
+        str(tmp_path / "none.yaml")], "calibration"),
+      ([], "name one input"),
+  ]
+  for extra, message in cases:
+    rc = rosbag.main(["--input", str(inp), "--output", str(tmp_path / "out")] + extra)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: ") and message in err, (extra, err)
+  rc = rosbag.main(["--input", str(inp), "--output", str(tmp_path / "taken"), "--depth_topic", "/lidar/points"])
+  assert rc == 2 and "--depth_topic /lidar/points" in capsys.readouterr().err  # the topic is checked first
+  rc = rosbag.main(["--input", str(inp), "--output", str(tmp_path / "taken"), "--points_topic", "/lidar/points",
+                    "--camera_info_topic", "/camera/camera_info", "--calib", str(_identity_calib(tmp_path))])
+  assert rc == 2 and "--output " + str(tmp_path / "taken") + " already exists" in capsys.readouterr().err
+  rc = rosbag.main(["--input", str(tmp_path / "nobag"), "--output", str(tmp_path / "out"), "--depth_topic", "/d"])
+  assert rc == 2 and "--input " + str(tmp_path / "nobag") + ": no such bag" in capsys.readouterr().err
+  assert not (tmp_path / "out").exists() and not any((tmp_path / "taken").iterdir())
+
+
+def _identity_calib(tmp_path):
+  path = tmp_path / "identity.json"
+  path.write_text('{"T_cam_from_lidar": [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0]}')
+  return path
+
+
+def test_decoders_on_unusual_layouts(ros):
+  """image_to_depth: 16UC1 big-endian with padded rows is millimetres; an unknown encoding is one line.
+  pointcloud2_to_xyz: float64 fields at odd offsets, two rows with row padding."""
+  ts = ros[2]
+  hdr = _header(ts, 0, 0, "c")
+  mm = np.arange(H * W, dtype=np.uint16).reshape(H, W)
+  np.testing.assert_array_equal(rosbag.image_to_depth(_image(ts, hdr, mm, "16UC1", bigendian=True, pad=3)),
+                                (mm * 1e-3).astype(np.float32))
+  rgb = _image(ts, hdr, mm, "16UC1")
+  rgb.encoding = "rgb8"
+  with pytest.raises(ValueError, match=r"^img: encoding 'rgb8' is not a depth encoding"):
+    rosbag.image_to_depth(rgb, "img")
+  Field = ts.types["sensor_msgs/msg/PointField"]
+  xyz = np.arange(12, dtype=np.float64).reshape(4, 3) + 0.25
+  rec = np.zeros(4, np.dtype({"names": ["x", "y", "z"], "formats": [">f8"] * 3, "offsets": [1, 9, 17],
+                               "itemsize": 27}))
+  rec["x"], rec["y"], rec["z"] = xyz.T
+  rows = np.hstack([rec.view(np.uint8).reshape(2, 54), np.zeros((2, 5), np.uint8)])
+  cloud = ts.types["sensor_msgs/msg/PointCloud2"](
+      header=hdr, height=2, width=2, fields=[Field(name=n, offset=1 + 8 * i, datatype=8, count=1)
+                                             for i, n in enumerate("xyz")],
+      is_bigendian=True, point_step=27, row_step=59, data=rows.ravel(), is_dense=True)
+  np.testing.assert_array_equal(rosbag.pointcloud2_to_xyz(cloud), xyz)
