@@ -2,7 +2,9 @@
 
 Host numpy in float64, exact over a whole split (KITTI selval pools ~7e7 pixels) with O(N) memory and O(N log N)
 time: one sort, then 100 prefix sums. `UncertaintyAccumulator` collects the per-pixel vectors image by image.
-AUSE comes in the pNCNN and the Gustafsson et al. definitions. `pncnn_jax.metrics` re-exports these names.
+AUSE comes in the pNCNN and the Gustafsson et al. definitions, and `ause(..., normalization=)` gives the pNCNN ranking
+with the three normalisations later work uses (pNCNN's, one shared maximum as BayesRays, none; docs/SPEC.md §8.2a).
+`pncnn_jax.metrics` re-exports these names.
 """
 
 from __future__ import annotations
@@ -174,6 +176,61 @@ def ause_gustafsson(err_sq, sigma, *, tie_break: str = "stable") -> Sparsificati
       _trapz(model - oracle, FRACTIONS_GUSTAFSSON), FRACTIONS_GUSTAFSSON, oracle, model)
 
 
+# How `ause` normalises the two curves (docs/SPEC.md §8.2a).
+NORMALIZATIONS = ("pncnn", "shared_max", "none")
+
+
+def normalise_curves(oracle: np.ndarray, model: np.ndarray, normalization: str) -> tuple[np.ndarray, np.ndarray]:
+  """The two unnormalised sparsification curves (K,) normalised as `normalization` says (docs/SPEC.md §8.2a):
+
+    'pncnn'       oracle / oracle[0], model / max(model)    each curve by its own maximum (the oracle is
+                                                            non-increasing, so its maximum is its first value)
+    'shared_max'  both / max(max(oracle), max(model))       one shared maximum (BayesRays' `ause`, from CF-NeRF)
+    'none'        as they are                               RMSE in the error's unit (m for depth errors in m)
+
+  All-zero curves stay zero (every error 0: AUSE 0)."""
+  if normalization == "pncnn":
+    return _normalise(oracle, oracle[0]), _normalise(model, model.max())
+  if normalization == "shared_max":
+    shared = max(float(oracle.max()), float(model.max()))
+    return _normalise(oracle, shared), _normalise(model, shared)
+  if normalization == "none":
+    return oracle.copy(), model.copy()
+  raise ValueError(f"ause: normalization={normalization!r}, expected one of {NORMALIZATIONS}")
+
+
+def ause(err_sq, confidence, *, normalization: str = "pncnn", tie_break: str = "stable") -> Sparsification:
+  """AUSE with pNCNN's ranking and fractions, normalised per `normalization` (docs/SPEC.md §8.2a).
+
+  Pixels are ranked as in `ause_pncnn` (sqrt(confidence) in float32, descending; fractions r = 0, 0.01, ..., 0.99)
+  and AUSE = trapz over r of (model - oracle) after `normalise_curves`:
+
+    'pncnn' (default)  each curve by its own maximum: exactly `ause_pncnn` (the paper's 0.053 is of this kind);
+    'shared_max'       both curves by one shared maximum, max(oracle, model) (BayesRays-style code). The oracle
+                       starts at the full RMSE, as the model does, so the shared maximum is the model curve's; it
+                       differs from 'pncnn' by the oracle's divisor only, and is unitless;
+    'none'             the raw curves: AUSE in the error's unit (m for errors in m), so it scales with the errors.
+
+  Args:
+    err_sq: (N,) squared errors of all valid pixels of the split [m^2].
+    confidence: (N,) confidence or precision c >= 0 (higher = more trusted; pNCNN: c [1/m^2]).
+    normalization: one of NORMALIZATIONS.
+    tie_break: see `sparsification_curves`.
+
+  Returns:
+    `Sparsification` (AUSE and the normalised curves).
+  """
+  if normalization not in NORMALIZATIONS:
+    raise ValueError(f"ause: normalization={normalization!r}, expected one of {NORMALIZATIONS}")
+  err_sq, confidence = _check_vectors("ause", err_sq, confidence, "confidence")
+  key = np.sqrt(confidence.astype(np.float32))
+  if np.any(np.isnan(key)):
+    raise ValueError("ause: `confidence` must be >= 0")
+  oracle, model = sparsification_curves(err_sq, key, descending=True, fractions=FRACTIONS_PNCNN, tie_break=tie_break)
+  oracle, model = normalise_curves(oracle, model, normalization)
+  return Sparsification(_trapz(model - oracle, FRACTIONS_PNCNN), FRACTIONS_PNCNN, oracle, model)
+
+
 def sigma_from_precision(c) -> np.ndarray:
   """sigma = 1/sqrt(c) [m] for a precision c [1/m^2] (docs/SPEC.md §6); c = 0 gives inf."""
   c = np.asarray(c, np.float64)
@@ -306,18 +363,24 @@ class UncertaintyAccumulator:
     self.num_pixels += int(e.size)
 
   def result(self, *, tie_break: str = "stable") -> dict:
-    """Returns ause_pncnn, ause_gustafsson (floats), their `Sparsification`s, auce, nll."""
+    """Returns ause_pncnn, ause_gustafsson (floats), their `Sparsification`s, auce, nll, and the pNCNN ranking's AUSE
+    under the other normalisations of `ause`: ause_shared_max and ause_none [m] (docs/SPEC.md §8.2a)."""
     if self.num_pixels == 0:
       raise ValueError("UncertaintyAccumulator.result: no valid pixel accumulated")
     err, conf = np.concatenate(self._err), np.concatenate(self._conf)
     self._err, self._conf = [err], [conf]  # keep one copy, not two
     sp = ause_pncnn(err, conf, tie_break=tie_break)
+    oracle_raw, model_raw = sparsification_curves(err, np.sqrt(conf), descending=True, tie_break=tie_break)
+    other = {}
+    for n in ("shared_max", "none"):  # the same ranking as `ause` (sqrt of the float32 confidence), one sort
+      oracle, model = normalise_curves(oracle_raw, model_raw, n)
+      other[f"ause_{n}"] = _trapz(model - oracle, FRACTIONS_PNCNN)
     sg = ause_gustafsson(err, sigma_from_precision(conf), tie_break=tie_break)
     cal = _calibration(self._cover, self.num_pixels)
     return {
         "ause_pncnn": sp.ause, "ause_gustafsson": sg.ause, "auce": cal.auce,
         "nll": self._nll / self.num_pixels, "num_pixels": self.num_pixels,
-        "sparsification_pncnn": sp, "sparsification_gustafsson": sg, "calibration": cal,
+        "sparsification_pncnn": sp, "sparsification_gustafsson": sg, "calibration": cal, **other,
     }
 
 

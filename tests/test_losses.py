@@ -238,7 +238,8 @@ def test_registry_and_get_loss():
   assert set(losses.LOSSES) == {"masked_l1", "masked_l2", "gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1",
                                 "gaussian_nll_l1", "gaussian_nll_beta_l1",
                                 "gaussian_nll_exp", "laplace_nll",
-                                "flow_epe", "flow_nll"}  # flow: pncnn_jax.flow.losses
+                                "flow_epe", "flow_nll",  # flow: pncnn_jax.flow.losses
+                                "gaussian_nll_logvar"}  # the dense baselines: pncnn_jax.baselines.losses
   with pytest.raises(ValueError, match="unknown loss 'l3'.*gaussian_nll.*masked_l1"):
     losses.get_loss("l3")
   # The probabilistic losses use out.confidence, not input_confidence.
@@ -267,11 +268,12 @@ def test_each_loss_declares_its_precision_rule():
   assert set(losses.PRECISION_RULES) == set(losses.LOSSES)
   assert losses.PROBABILISTIC_LOSSES == ("gaussian_nll", "gaussian_nll_beta", "gaussian_nll_beta1", "gaussian_nll_l1",
                                          "gaussian_nll_beta_l1", "gaussian_nll_exp",
-                                         "laplace_nll", "flow_nll")
+                                         "laplace_nll", "flow_nll", "gaussian_nll_logvar")
   c = np.array([0.5, 2.0, 30.0], np.float32)
   for name, want in (("gaussian_nll", c), ("gaussian_nll_beta", c), ("gaussian_nll_beta1", c), ("gaussian_nll_l1", c),
                      ("gaussian_nll_beta_l1", c), ("gaussian_nll_exp", np.exp(c.astype(np.float64))),
-                     ("laplace_nll", c.astype(np.float64) ** 2 / 2)):
+                     ("laplace_nll", c.astype(np.float64) ** 2 / 2),
+                     ("gaussian_nll_logvar", np.exp(c.astype(np.float64)))):  # c = log precision = -log variance
     got = losses.precision_of(c, name)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-15)

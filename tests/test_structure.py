@@ -25,7 +25,8 @@ LAYERS = [
     ["evaluate"],
     ["ensemble"],
     ["training", "inference"],
-    ["flow"],                                      # the sparse-flow extension: registers itself, nothing imports it
+    ["flow", "baselines"],                         # extensions (sparse flow; the dense baselines): each registers
+                                                   # itself, nothing imports it
     ["experiments"],                               # the paper's claims: nothing else imports it
     ["", "layers", "predict", "export", "convert", "demo", "loader"],  # the package door and the user aliases
 ]
@@ -173,7 +174,8 @@ def test_imports_only_go_down_the_layers():
 
 def test_the_research_wing_and_the_extension_stay_apart():
   """Nothing outside experiments/ imports it (the `demo` alias is a door for `python -m pncnn_jax.demo`);
-  nothing outside flow/ and experiments/ imports flow/: the core reaches it through its registries."""
+  nothing outside flow/ and experiments/ imports flow/, nor baselines/ outside baselines/ and experiments/: the
+  core reaches the extensions through its registries."""
   graph = import_graph()
   into_experiments = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
                             if unit(d) == "experiments" and unit(m) != "experiments" and m != "demo")
@@ -181,6 +183,9 @@ def test_the_research_wing_and_the_extension_stay_apart():
   into_flow = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
                      if unit(d) == "flow" and unit(m) not in ("flow", "experiments"))
   assert not into_flow, into_flow
+  into_baselines = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                          if unit(d) == "baselines" and unit(m) not in ("baselines", "experiments"))
+  assert not into_baselines, into_baselines
 
 
 def test_aliases_stand_for_existing_modules_and_nothing_imports_them():

@@ -25,6 +25,12 @@ The parity variants are untouched: `mask_input_confidence` defaults to False.
 DIR/<name>.json (the manifest: command, commit, steps, device, time, recipe and the validation metrics it
 reached), loadable by name (`--checkpoint synthetic:<name>`).
 
+The baselines of the paper's headline comparison (MC-Dropout and deep ensembles of a Sparse-to-Dense network,
+`pncnn_jax.experiments.runs.BASELINES`) train only when named: `--only s2d_mcdropout,s2d_ensemble8` trains the
+learning-rate sweep first (three short runs), then them, evaluates them beside the pNCNN family and writes
+docs/RESULTS_BASELINES.md (`pncnn_jax.experiments.baselines`; at other scales <workdir>/RESULTS_BASELINES.md). They
+are never shipped (`--ship` leaves them out: an ensemble of ResNet-18s is 440 MB).
+
 `--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
 processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
 Even on 2 CPU cores `--jobs 2` trains more steps per second in total than one run at a time: a small-crop step
@@ -52,9 +58,11 @@ import threading
 import time
 from typing import Sequence
 
+from pncnn_jax.experiments import baselines
 from pncnn_jax.experiments import carry_over as carry_lib
 from pncnn_jax.experiments import evaluate_runs as results
 from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments.pages import baselines as baseline_report
 from pncnn_jax.experiments.pages import report
 from pncnn_jax.experiments.runs import Run
 from pncnn_jax.runtime import compile_cache
@@ -62,13 +70,24 @@ from pncnn_jax.training import loop as train
 
 
 def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int = 1) -> None:
-  """Trains (or resumes) each run, `jobs` at a time; finished runs are skipped."""
+  """Trains (or resumes) each run, `jobs` at a time; finished runs are skipped. Baselines whose learning rate comes
+  from the sweep (`paper.BASELINE_LR_FROM_SWEEP`) get the sweep runs trained first."""
+  if any(r.learning_rate == paper.BASELINE_LR_FROM_SWEEP for r in runs):
+    runs = [*(r for r in paper.BASELINE_SWEEP if r not in runs), *runs]
+  first = [r for r in runs if r.group == "baseline_sweep"]
+  for phase in (first, [r for r in runs if r not in first]):  # the sweep before the runs that need its choice
+    if phase:
+      _train_phase(workdir, scale, phase, jobs)
+
+
+def _train_phase(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int) -> None:
   cache_dir = paper.build_caches(workdir, scale, workers=jobs)
   todo = []
   for run in runs:
     if paper.finished(workdir, run, scale):
       print(f"[{run.name}] finished", flush=True)
-      paper.write_final_weights(workdir, run, scale)
+      if not paper.is_baseline(run):  # a baseline's weights stay in its checkpoints (an ensemble of 8 is 440 MB)
+        paper.write_final_weights(workdir, run, scale)
     else:
       todo.append(run)
   if jobs > 1 and len(todo) > 1:
@@ -77,9 +96,10 @@ def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int
   for run in todo:
     print(f"[{run.name}] training ({run.variant}, masked c0={run.masked}, seed {run.seed})", flush=True)
     with WallClock(paper.run_dir(workdir, run)):
-      train.train_and_evaluate(paper.run_config(run, scale, cache_dir), paper.run_dir(workdir, run))
+      train.train_and_evaluate(paper.run_config(run, scale, cache_dir, workdir), paper.run_dir(workdir, run))
     _record_device(paper.run_dir(workdir, run))
-    paper.write_final_weights(workdir, run, scale)
+    if not paper.is_baseline(run):
+      paper.write_final_weights(workdir, run, scale)
 
 
 def _train_in_processes(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int) -> None:
@@ -161,7 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--only", default="", help="comma-separated run names (default: all, or the "
                       "scale's own in pncnn_jax.experiments.runs.SCALE_RUNS); see pncnn_jax.experiments.runs.RUNS")
   parser.add_argument("--results", default="", help="the report to write (and its .json); default docs/RESULTS.md "
-                      "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md)")
+                      "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md); when --only "
+                      "names baselines only (pncnn_jax.experiments.runs.BASELINES), their page: default "
+                      "docs/RESULTS_BASELINES.md for the long scale, <workdir>/RESULTS_BASELINES.md for the others")
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
   parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
   parser.add_argument("--carry", default="", help="an earlier sitting's results JSON (e.g. docs/RESULTS_LONG.json): "
@@ -170,11 +192,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "machine that no longer has the earlier workdir)")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
-  if not args.results:
-    args.results = f"docs/{report.page_name(args.scale)}"
   os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
   try:
     runs = paper.select(args.only, args.scale)
+    with_baselines = any(paper.is_baseline(r) for r in runs)
+    only_baselines = with_baselines and all(paper.is_baseline(r) for r in runs)
+    baseline_page = pathlib.Path(args.results) if (only_baselines and args.results) else (
+        pathlib.Path("docs") / baseline_report.PAGE if args.scale == "long" else workdir / baseline_report.PAGE)
+    if not args.results:
+      args.results = f"docs/{report.page_name(args.scale)}"
     if workdir.exists() and not workdir.is_dir():
       raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
     if args.jobs < 1:
@@ -182,14 +208,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     carry = carry_lib.read_carry(pathlib.Path(args.carry), args.scale) if args.carry else None  # before training
     if args.stage in ("all", "train"):
       train_runs(workdir, args.scale, runs, args.jobs)
-    if args.stage in ("all", "evaluate", "report"):
+    if args.stage in ("all", "evaluate", "report") and with_baselines:
+      baseline_report.write(baselines.evaluate_all(workdir, args.scale, evaluate=args.stage != "report"),
+                            baseline_page)
+      print(f"wrote {baseline_page} and {baseline_page.with_suffix('.json')}", flush=True)
+    if args.stage in ("all", "evaluate", "report") and not only_baselines:
       summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
       if carry is not None:
         summary = carry_lib.add(summary, carry, workdir, args.scale, evaluate=args.stage != "report")
       report.write(summary, pathlib.Path(args.results), workdir)
       print(f"wrote {args.results} and {pathlib.Path(args.results).with_suffix('.json')}", flush=True)
       if args.ship:
-        results.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship), runs)
+        results.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship),
+                             [r for r in runs if not paper.is_baseline(r)])
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

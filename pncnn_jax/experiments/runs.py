@@ -48,8 +48,10 @@ class Run:
   group: str = "main"
   loss: str = ""  # '' = the variant's loss; else a key of pncnn_jax.losses.LOSSES (config.loss)
   detach: bool = False  # config.model.detach_variance_input (our option)
-  learning_rate: float = 0.0  # 0: the scale's; else the lr before the scale's drop (our recipe option)
+  learning_rate: float = 0.0  # 0: the scale's; else the lr before the scale's drop (our recipe option);
+  # BASELINE_LR_FROM_SWEEP: the best learning rate of the baseline sweep (`baseline_learning_rate`)
   grad_clip_norm: float = 0.0  # 0: plain Adam; else config.grad_clip_norm (our recipe option)
+  members: int = 0  # > 0: an ensemble of this many members trained in one vmapped step (the baselines)
 
 
 # In training order: the models the claims need first, the official (unmasked) forms next, then the extra
@@ -106,7 +108,20 @@ RUNS: tuple[Run, ...] = (
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
-RUNS_BY_NAME = {r.name: r for r in RUNS}
+# The conventional baselines of the paper's headline comparison (pncnn_jax.baselines; docs/RESULTS_BASELINES.md):
+# trained only when named (--only), never by a plain `reproduce`. The Sparse-to-Dense network with dropout p = 0.5
+# (MC-Dropout), and 8 members without dropout in one vmapped run (deep ensembles of M = 1, 2, 4, 8: its first M
+# members; member k from seed k, on its own data order). Their learning rate is the best of BASELINE_SWEEP_LRS on a
+# short run (`sweep_recipe`), judged by the validation RMSE; Gustafsson et al.'s own setting (Adam, lr 1e-5, weight
+# decay 5e-4, 40000 steps of batch 4 at 352x352) is 8x the long recipe's steps, too slow a rate for 5000.
+BASELINE_LR_FROM_SWEEP = -1.0
+BASELINE_SWEEP_LRS = (1e-3, 3e-4, 1e-4)
+BASELINE_SWEEP = tuple(Run(f"s2d_lr{lr:.0e}".replace("e-0", "e-"), "s2d", group="baseline_sweep", learning_rate=lr)
+                       for lr in BASELINE_SWEEP_LRS)
+BASELINE_MC = Run("s2d_mcdropout", "s2d_mcdropout", group="baseline", learning_rate=BASELINE_LR_FROM_SWEEP)
+BASELINE_ENSEMBLE = Run("s2d_ensemble8", "s2d", group="baseline", learning_rate=BASELINE_LR_FROM_SWEEP, members=8)
+BASELINES: tuple[Run, ...] = (*BASELINE_SWEEP, BASELINE_MC, BASELINE_ENSEMBLE)
+RUNS_BY_NAME = {r.name: r for r in RUNS + BASELINES}
 # The ensemble of the fusion table: four pNCNN (masked c0) runs that differ only in their seed.
 ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")
 # Runs of one recipe that differ only in their seed, keyed by the seed-0 run the claims use: their spread is what
@@ -126,18 +141,79 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
 LR_PAIRS = (("pncnn_masked_lr3e-3", "pncnn_masked"), ("ncnn_conf_l1_masked_lr3e-3", "ncnn_conf_l1_masked"))
 
 
-def run_config(run: Run, scale: str, cache_dir: str | None = None) -> ml_collections.ConfigDict:
+def is_baseline(run: Run) -> bool:
+  """A run of the baseline comparison (BASELINES), not of the pNCNN family."""
+  return run.group in ("baseline", "baseline_sweep")
+
+
+def sweep_recipe(scale: str) -> dict[str, Any]:
+  """The baseline learning-rate sweep's short recipe: the scale's crops, batch and scenes, its first fifth of the
+  steps (long: 1000), at a constant learning rate."""
+  s = dict(SCALES[scale])
+  s["num_epochs"] = max(1, s["num_epochs"] // 5)
+  s["lr_decay_epochs"] = s["num_epochs"] + 1  # no drop
+  return s
+
+
+def recipe(run: Run, scale: str) -> dict[str, Any]:
+  """The recipe a run trains with at `scale`: the scale's, or the sweep's short one for a sweep run."""
+  return sweep_recipe(scale) if run.group == "baseline_sweep" else SCALES[scale]
+
+
+BASELINE_LR_FILE = "baseline_lr.json"  # <workdir>/baseline_lr.json: the sweep's choice, once its runs finished
+
+
+def baseline_learning_rate(workdir: pathlib.Path, scale: str) -> dict[str, Any]:
+  """The baselines' learning rate: of the finished sweep runs, the one with the lowest final validation RMSE
+  ({"learning_rate", "val_rmse": {run: rmse}, "scale"}, also written to <workdir>/BASELINE_LR_FILE). ValueError
+  while a sweep run is not finished."""
+  missing = [r.name for r in BASELINE_SWEEP if not finished(workdir, r, scale)]
+  if missing:
+    raise ValueError(f"the baselines' learning rate comes from the sweep runs {', '.join(missing)}, not finished in "
+                     f"{workdir}: train them first (--only {','.join(r.name for r in BASELINE_SWEEP)})")
+  rmse = {}
+  for r in BASELINE_SWEEP:
+    rows = [json.loads(line) for line in (run_dir(workdir, r) / "metrics.jsonl").read_text().splitlines()]
+    rmse[r.name] = [row["rmse"] for row in rows if row.get("split") == "val"][-1]
+  best = min(BASELINE_SWEEP, key=lambda r: rmse[r.name])
+  choice = {"learning_rate": best.learning_rate, "val_rmse": rmse, "scale": scale,
+            "judged_on": f"the final validation RMSE [mm] on {SCALES[scale]['val_scenes']} validation scenes"}
+  (workdir / BASELINE_LR_FILE).write_text(json.dumps(choice, indent=1) + "\n")
+  return choice
+
+
+def _baseline_base_config(run: Run) -> ml_collections.ConfigDict:
+  """configs/synthetic.py's data and recipe fields around a baseline variant (pncnn_jax.baselines)."""
+  config = from_config.load_config(f"{configs_dir() / 'synthetic.py'}:pncnn")
+  with config.unlocked():
+    config.variant = run.variant
+    if run.members:
+      config.ensemble = ml_collections.ConfigDict(dict(
+          num_members=run.members, seeds=(), subset_fraction=1.0, train_member_map="vmap", rules=("mean",),
+          select_rule="mean", mle_variance=0.1, mle_steps=500, mle_learning_rate=0.05, calibration_split=""))
+  return config
+
+
+def run_config(run: Run, scale: str, cache_dir: str | None = None,
+               workdir: pathlib.Path | None = None) -> ml_collections.ConfigDict:
   """configs/synthetic.py:<variant> with the scale's recipe, the run's seed, c0 option, learning rate and gradient
-  clipping."""
-  s = SCALES[scale]
-  config = from_config.load_config(f"{configs_dir() / 'synthetic.py'}:{run.variant}")
+  clipping. A baseline run whose learning rate comes from the sweep reads it from `workdir`
+  (`baseline_learning_rate`); without a workdir it keeps the scale's (enough to load or evaluate it)."""
+  s = recipe(run, scale)
+  if is_baseline(run):
+    config = _baseline_base_config(run)
+  else:
+    config = from_config.load_config(f"{configs_dir() / 'synthetic.py'}:{run.variant}")
   with config.unlocked():
     config.seed = run.seed
     config.loss = run.loss
     config.model.mask_input_confidence = run.masked
     config.model.detach_variance_input = run.detach
     apply_recipe(config, s)
-    if run.learning_rate:
+    if run.learning_rate == BASELINE_LR_FROM_SWEEP:
+      if workdir is not None:
+        config.learning_rate = baseline_learning_rate(workdir, scale)["learning_rate"]
+    elif run.learning_rate:
       config.learning_rate = run.learning_rate
     config.grad_clip_norm = run.grad_clip_norm
     config.data.synthetic_cache_dir = cache_dir or ""
@@ -178,7 +254,8 @@ def run_dir(workdir: pathlib.Path, run: Run) -> pathlib.Path:
 
 def finished(workdir: pathlib.Path, run: Run, scale: str) -> bool:
   """True when the run's metrics.jsonl has its final validation row."""
-  total = SCALES[scale]["steps_per_epoch"] * SCALES[scale]["num_epochs"]
+  r = recipe(run, scale)
+  total = r["steps_per_epoch"] * r["num_epochs"]
   path = run_dir(workdir, run) / "metrics.jsonl"
   if not path.exists():
     return False

@@ -29,9 +29,12 @@ Array = jax.Array
 
 
 class TrainState(train_state.TrainState):
-  """Flax TrainState plus the BatchNorm running statistics (empty dict for NCNN, which has none)."""
+  """Flax TrainState plus the BatchNorm running statistics (empty dict for NCNN, which has none) and, for a model
+  with dropout, the key data (uint32 (2,)) its dropout masks derive from: step t uses fold_in(key, t), so a resumed
+  run draws the masks an uninterrupted one would (None for models without dropout; not checkpointed)."""
 
   batch_stats: Any = struct.field(default_factory=dict)
+  dropout_key: Any = None
 
 
 def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> optax.Schedule:
@@ -51,10 +54,25 @@ def make_optimizer(learning_rate: float | optax.Schedule, clip_norm: float = 0.0
   return optax.chain(optax.clip_by_global_norm(clip_norm), adam) if clip_norm > 0 else adam
 
 
-def create_train_state(model: nn.Module, variables: dict[str, Any], tx: optax.GradientTransformation) -> TrainState:
-  """A TrainState from initial or converted variables ({'params', 'batch_stats'?})."""
+def create_train_state(model: nn.Module, variables: dict[str, Any], tx: optax.GradientTransformation,
+                       dropout_seed: int = 0) -> TrainState:
+  """A TrainState from initial or converted variables ({'params', 'batch_stats'?}); a model with dropout
+  (`model.dropout_rate > 0`, e.g. pncnn_jax.baselines) gets the dropout key of `dropout_seed`."""
+  key = None
+  if getattr(model, "dropout_rate", 0) > 0:
+    key = jax.random.key_data(jax.random.fold_in(jax.random.key(dropout_seed), DROPOUT_STREAM))
   return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
-                           batch_stats=variables.get("batch_stats", {}))
+                           batch_stats=variables.get("batch_stats", {}), dropout_key=key)
+
+
+DROPOUT_STREAM = 0x64726F70  # folded into the seed's key, so dropout masks never reuse the init's random numbers
+
+
+def dropout_rngs(state: TrainState) -> dict[str, Array]:
+  """{'dropout': fold_in(state.dropout_key, state.step)} for a model with dropout, else {} (an unused rng)."""
+  if state.dropout_key is None:
+    return {}
+  return {"dropout": jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)}
 
 
 def variables_of(state: TrainState) -> dict[str, Any]:
@@ -91,10 +109,11 @@ def loss_and_grads(
     variables = {"params": p}
     if state.batch_stats:
       variables["batch_stats"] = state.batch_stats
-      out, updates = state.apply_fn(variables, batch["sparse"], train=True, mutable=["batch_stats"])
+      out, updates = state.apply_fn(variables, batch["sparse"], train=True, mutable=["batch_stats"],
+                                    rngs=dropout_rngs(state))
       new_stats = updates["batch_stats"]
     else:
-      out, new_stats = state.apply_fn(variables, batch["sparse"], train=True), {}
+      out, new_stats = state.apply_fn(variables, batch["sparse"], train=True, rngs=dropout_rngs(state)), {}
     return loss_fn(out, batch["target"]), (out, new_stats)
 
   return jax.value_and_grad(objective, has_aux=True)(params)

@@ -1,0 +1,100 @@
+"""The baseline comparison's wiring: its runs and configs, the learning-rate sweep's choice, the training order, the
+claims and the page (from a made-up summary: nothing is trained or compiled here)."""
+
+import json
+
+import pytest
+
+from pncnn_jax import from_config
+from pncnn_jax.experiments import baselines as lib
+from pncnn_jax.experiments import reproduce
+from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments.pages import baselines as page
+
+
+def test_baseline_runs_and_their_configs(tmp_path):
+  assert paper.select("", "long") == list(paper.RUNS)  # a plain reproduce never trains the baselines
+  assert [r.name for r in paper.select("s2d_mcdropout,s2d_ensemble8")] == ["s2d_mcdropout", "s2d_ensemble8"]
+  mc = paper.run_config(paper.BASELINE_MC, "long")
+  assert from_config.build_model(mc).dropout_rate == 0.5 and from_config.variant_loss(mc) == "gaussian_nll_logvar"
+  assert (mc.batch_size, mc.data.train_crop_height, mc.data.train_crop_width) == (4, 64, 320)
+  ens = paper.run_config(paper.BASELINE_ENSEMBLE, "long")
+  assert ens.ensemble.num_members == 8 and from_config.member_seeds(ens) == list(range(8))
+  assert ens.ensemble.subset_fraction == 1.0  # each member its own order over all scenes
+  sweep = paper.run_config(paper.BASELINE_SWEEP[0], "long")
+  assert sweep.learning_rate == 1e-3 and sweep.num_epochs == 4 and sweep.lr_decay_epochs > sweep.num_epochs
+  with pytest.raises(ValueError, match="train them first"):
+    paper.run_config(paper.BASELINE_MC, "long", workdir=tmp_path)
+
+
+def _finish(workdir, run, scale, rmse):
+  r = paper.recipe(run, scale)
+  d = paper.run_dir(workdir, run)
+  d.mkdir(parents=True)
+  (d / "metrics.jsonl").write_text(json.dumps({"split": "val", "step": r["steps_per_epoch"] * r["num_epochs"],
+                                               "rmse": rmse}) + "\n")
+
+
+def test_the_sweep_picks_the_lowest_validation_rmse(tmp_path):
+  for run, rmse in zip(paper.BASELINE_SWEEP, (3000.0, 2500.0, 2700.0)):
+    _finish(tmp_path, run, "smoke", rmse)
+  choice = paper.baseline_learning_rate(tmp_path, "smoke")
+  assert choice["learning_rate"] == 3e-4 and json.loads((tmp_path / paper.BASELINE_LR_FILE).read_text()) == choice
+  assert paper.run_config(paper.BASELINE_ENSEMBLE, "smoke", workdir=tmp_path).learning_rate == 3e-4
+
+
+def test_the_sweep_trains_before_the_runs_that_need_it(tmp_path, monkeypatch):
+  phases = []
+  monkeypatch.setattr(reproduce, "_train_phase", lambda wd, scale, runs, jobs: phases.append([r.name for r in runs]))
+  reproduce.train_runs(tmp_path, "smoke", [paper.BASELINE_ENSEMBLE], jobs=2)
+  assert phases == [[r.name for r in paper.BASELINE_SWEEP], ["s2d_ensemble8"]]
+
+
+def _row(rmse, ause):
+  return {"mae": rmse / 2, "rmse": rmse, "ause_pncnn": ause, "ause_shared_max": ause * 1.1, "ause_none": ause * 3,
+          "ause_gustafsson": ause, "auce": 0.1, "nll": 2.0, "num_images": 4}
+
+
+def fake_summary(missing=()):
+  costs = {"frame": [352, 1216], "device": "cpu", "date": "2026-11-29",
+           "pncnn": {"seconds": 0.1, "peak_bytes": 1e8, "passes": 1}}
+  costs.update({f"mc_dropout {m}": {"seconds": 1.0 * m, "peak_bytes": 1e9 * m, "passes": m} for m in (1, 2)})
+  costs.update({f"ensemble {m}": {"seconds": 1.0 * m, "peak_bytes": 1e9, "passes": m} for m in (1, 2)})
+  s = {"scale": "long", "recipe": paper.SCALES["long"], "scenes": "96 held-out test scenes", "commit": "abc",
+       "date": "2026-11-29", "missing": list(missing), "costs": costs, "learning_rate": None,
+       "baselines": {"mc_dropout": {"name": "s2d_mcdropout", "params": 13_675_394, "train_wall_s": 3600.0,
+                                    "rows": {"1": _row(3000, 0.30), "2": _row(2900, 0.20)}},
+                     "ensemble": {"name": "s2d_ensemble8", "params": 13_675_394, "train_wall_s": 7200.0,
+                                  "rows": {"1": _row(2950, 0.25), "2": _row(2800, 0.15)}}},
+       "family": {"pncnn": {"label": "pNCNN (official network)", "params": 668_515, "row": _row(2850, 0.10)},
+                  "sparse_var_beta_detach_masked": {"label": "recommended shipped pNCNN", "params": 668_803,
+                                                    "row": _row(2700, 0.12)}}}
+  return s
+
+
+def test_claims_hold_or_not_with_their_numbers():
+  got = {c: (ok, nums) for c, ok, nums in lib.claims(fake_summary())}
+  ause = got["pNCNN (official network): AUSE (pNCNN normalisation) below every baseline's"]
+  assert ause[0] is True and "best baseline Ensemble M=2 0.150" in ause[1]
+  rmse = got["pNCNN (official network): RMSE below MC-Dropout's and the ensembles' (every M)"]
+  assert rmse[0] is False and "not above pNCNN: Ensemble 2800" in rmse[1].replace("M=2 ", "")
+  cost = got["pNCNN (official network): inference time and peak memory per frame at most 0.2 x one baseline pass"]
+  assert cost[0] is True and "time 0.100 x, peak memory 0.100 x" in cost[1]
+  missing = lib.claims(fake_summary(missing=["s2d_ensemble8"]))
+  assert all(ok is None and "s2d_ensemble8" in nums for _, ok, nums in missing)
+
+
+def test_page_names_what_is_missing_and_draws_the_figure(tmp_path):
+  path = tmp_path / "RESULTS_BASELINES.md"
+  page.write(fake_summary(), path)
+  text = path.read_text()
+  assert "| MC-Dropout | 2 | 1450 | 2900 | 0.2 | 0.22 | 0.6 |" in text and "(10 x)" in text
+  assert "AUSE (pNCNN normalisation" in text and "Not measured yet" not in text
+  assert (tmp_path / "results_baselines" / page.FIGURE).stat().st_size > 10_000
+  assert json.loads(path.with_suffix(".json").read_text())["claims"][0]["holds"] is True
+  empty = {**fake_summary(missing=["s2d_mcdropout", "s2d_ensemble8", "pncnn"]), "baselines": {}, "family": {},
+           "costs": None}
+  page.write(empty, tmp_path / "empty" / "RESULTS_BASELINES.md")
+  text = (tmp_path / "empty" / "RESULTS_BASELINES.md").read_text()
+  assert "**Not measured yet:** `s2d_mcdropout`, `s2d_ensemble8`, `pncnn`" in text
+  assert "| MC-Dropout" not in text and not (tmp_path / "empty" / "results_baselines").exists()
