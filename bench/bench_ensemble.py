@@ -1,6 +1,7 @@
 """Ensemble speed and the fusion table on synthetic data, in one run.
 
   python bench/bench_ensemble.py --output docs/BENCHMARKS.md [--steps 300]
+  python bench/bench_ensemble.py --speed [--methods separate,map,unroll] [--rounds 4] [--output docs/BENCHMARKS.md]
 
 1. Inference at 352x1216, batch 1: K = 4 pNCNN members as one vmapped call (`ensemble.apply_ensemble`) versus
    4 calls of the single jitted model.
@@ -10,6 +11,13 @@
    shortened to fit a CPU), evaluated per member and per fusion rule on the validation scenes.
 
 Writes the section between `<!-- ensemble:begin -->` and `<!-- ensemble:end -->` of the output file.
+
+`--speed` (issue 42) times only the inference of K = 4 members against one model's, in one process and
+interleaved: every program is compiled first, then each round times one call of the single model and one of each
+ensemble method (`ensemble.member_map`: 'map', 'unroll', 'vmap'; 'separate' = 4 calls of the single model), in
+alternating order, and reports each as a ratio to the single model's time in the same round (the machine's
+drift and other jobs hit all alike). It also checks every method's members against the single model's outputs.
+Writes the section between `<!-- ensemble_speed:begin -->` and `<!-- ensemble_speed:end -->`.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import json
 import os
 import pathlib
 import platform
@@ -51,6 +60,92 @@ def timed(fn, *args, reps: int = 3) -> tuple[float, float]:
   return first, float(np.median(times))
 
 
+def speed(methods: list[str], rounds: int, height: int, width: int, k: int = 4) -> dict:
+  """Interleaved timing of one model's forward and K members' (see the module docstring); times in seconds."""
+  model = models.build_model("pncnn")
+  stacked = ensemble.init_ensemble(model, list(range(k)), (64, 96))
+  members = ensemble.unstack_tree(stacked)
+  frame = data.generate(0, 0, stream=1)
+  top, left = frame["sparse"].shape[0] - height, (frame["sparse"].shape[1] - width) // 2
+  sparse = jnp.asarray(frame["sparse"][None, top:, left:left + width], jnp.float32)
+  single = jax.jit(lambda v, x: model.apply(v, x, train=False))
+  load = {"start": os.getloadavg()}
+  t0 = time.perf_counter()
+  want = [jax.block_until_ready(single(v, sparse)) for v in members]
+  compile_s = {"single": time.perf_counter() - t0}
+  calls = {"single": lambda: single(members[0], sparse),
+           "separate": lambda: [single(v, sparse) for v in members]}
+  diff = {}
+  for m in methods:
+    if m == "separate":
+      continue
+    fn = jax.jit(functools.partial(ensemble.apply_ensemble, model, method=m))
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(stacked, sparse))
+    compile_s[m] = time.perf_counter() - t0
+    diff[m] = max(float(jnp.max(jnp.abs(getattr(out, f)[i] - getattr(want[i], f))))
+                  for i in range(k) for f in ("depth", "confidence"))
+    calls[m] = functools.partial(fn, stacked, sparse)
+  names = ["single"] + methods
+  times = {n: [] for n in names}
+  jax.block_until_ready([calls[n]() for n in names])  # warm
+  load["timed_start"] = os.getloadavg()
+  for r in range(rounds):
+    for n in (names if r % 2 == 0 else names[::-1]):
+      t0 = time.perf_counter()
+      jax.block_until_ready(calls[n]())
+      times[n].append(time.perf_counter() - t0)
+    print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in names) +
+          f", load {os.getloadavg()[0]:.2f}", flush=True)
+  load["end"] = os.getloadavg()
+  ratios = {n: [a / b for a, b in zip(times[n], times["single"])] for n in names}
+  return {"times": times, "ratios": ratios, "compile_s": compile_s, "max_abs_diff": diff, "load": load,
+          "height": height, "width": width, "k": k, "rounds": rounds,
+          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def render_speed(res: dict, command: str) -> str:
+  ld, k = res["load"], res["k"]
+  labels = {"single": "one model (jitted `model.apply`)", "separate": f"{k} separate calls of the single model",
+            "map": f"{k} members, `apply_ensemble(method='map')` (lax.map; the CPU default)",
+            "unroll": f"{k} members, `apply_ensemble(method='unroll')` (one program, {k} copies)",
+            "vmap": f"{k} members, `apply_ensemble(method='vmap')` (grouped convolutions)"}
+  lines = [
+      "## Ensemble inference against one model on CPU (bench/bench_ensemble.py --speed, issue 42)",
+      "",
+      f"**Measured under load**, {res['date']}: {platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}; "
+      f"1-minute load average {ld['timed_start'][0]:.2f} when the timing began and {ld['end'][0]:.2f} at its end "
+      f"(5-minute {ld['timed_start'][1]:.2f} and {ld['end'][1]:.2f}): other jobs shared the machine, so only the "
+      f"ratios compare. Command: `{command}`. pNCNN, eval mode, batch 1, {res['height']}x{res['width']} (a "
+      f"synthetic frame's bottom-centre crop), {k} members with their own random initial weights; "
+      f"{res['rounds']} rounds, each timing every row once (the order reversed every other round); ratio = the "
+      "row's time / the single model's in the same round.",
+      "",
+      "| what | time [s], median (range) | ratio to one model, median (range) | first call incl. compile [s] "
+      "(one model: its 4 first calls) | max abs diff to the single model's outputs |",
+      "|---|---|---|---|---|",
+  ]
+  for n, t in res["times"].items():
+    r = res["ratios"][n]
+    d = res["max_abs_diff"].get(n)
+    first = f"{res['compile_s'][n]:.1f}" if n in res["compile_s"] else "-"
+    lines.append(f"| {labels[n]} | {np.median(t):.3f} ({min(t):.3f}-{max(t):.3f}) | {np.median(r):.2f} "
+                 f"({min(r):.2f}-{max(r):.2f}) | {first} | "
+                 f"{'-' if d is None else ('0 (bitwise)' if d == 0 else f'{d:.1e}')} |")
+  return "\n".join(lines)
+
+
+def write_section(path: pathlib.Path, name: str, body: str) -> None:
+  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+  text = path.read_text() if path.exists() else "# Benchmarks\n"
+  block = f"{begin}\n{body}\n{end}"
+  if begin in text:
+    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+  else:
+    text = text.rstrip() + "\n\n" + block + "\n"
+  path.write_text(text)
+
+
 def bench_config(steps: int, workers: int):
   c = train.load_config(f"{REPO / 'configs' / 'ensemble_synthetic.py'}:pncnn")
   c.data.train_crop_height, c.data.train_crop_width = 64, 192
@@ -64,12 +159,34 @@ def bench_config(steps: int, workers: int):
   return c
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--output", default=str(REPO / "docs" / "BENCHMARKS.md"))
   p.add_argument("--steps", type=int, default=60, help="training steps of the ensemble (batch 4 per member)")
   p.add_argument("--workdir", default=None, help="ensemble run directory (default: a temporary one)")
+  p.add_argument("--speed", action="store_true", help="only the interleaved inference timing (issue 42)")
+  p.add_argument("--methods", default="separate,map,unroll", help="with --speed: some of separate,map,unroll,vmap")
+  p.add_argument("--rounds", type=int, default=4, help="with --speed: timed rounds")
+  p.add_argument("--height", type=int, default=352, help="with --speed: frame rows")
+  p.add_argument("--width", type=int, default=1216, help="with --speed: frame columns")
+  p.add_argument("--json", default=None, help="with --speed: also write the raw results as JSON")
   args = p.parse_args(argv)
+  if args.speed:
+    methods = args.methods.split(",")
+    bad = [m for m in methods if m not in ("separate", "map", "unroll", "vmap")]
+    if bad or args.rounds < 1 or not (1 <= args.height <= 375 and 1 <= args.width <= 1242):
+      print(f"error: --methods must be some of separate,map,unroll,vmap (got {bad or args.methods}), --rounds >= 1, "
+            "--height <= 375 and --width <= 1242", file=sys.stderr)
+      return 2
+    res = speed(methods, args.rounds, args.height, args.width)
+    command = "python bench/bench_ensemble.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    body = render_speed(res, command.strip())
+    print(body)
+    if args.json:
+      pathlib.Path(args.json).write_text(json.dumps(res, indent=1))
+    if "--output" in (argv if argv is not None else sys.argv):
+      write_section(pathlib.Path(args.output), "ensemble_speed", body)
+    return 0
   lines: list[str] = []
   load0 = os.getloadavg()[0]
 

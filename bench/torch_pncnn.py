@@ -42,11 +42,14 @@ class NConv2d(nn.Module):
     self.pad = k // 2
 
   def forward(self, x: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    w = F.softplus(self.weight_p, beta=10)
-    den = F.conv2d(c, w, padding=self.pad)
-    num = F.conv2d(x * c, w, padding=self.pad)
-    x_out = num / (den + NCONV_EPS) + self.bias.view(1, -1, 1, 1)
-    c_out = den / w.sum(dim=(1, 2, 3)).view(1, -1, 1, 1)
+    # Always float32, as pncnn_jax keeps its NConv layers (under torch.autocast too: bench/gpu_suite.py's bfloat16).
+    with torch.autocast(x.device.type, enabled=False):
+      x, c = x.float(), c.float()
+      w = F.softplus(self.weight_p, beta=10)
+      den = F.conv2d(c, w, padding=self.pad)
+      num = F.conv2d(x * c, w, padding=self.pad)
+      x_out = num / (den + NCONV_EPS) + self.bias.view(1, -1, 1, 1)
+      c_out = den / w.sum(dim=(1, 2, 3)).view(1, -1, 1, 1)
     return x_out, c_out
 
 

@@ -126,18 +126,33 @@ def load_ensemble(paths: Sequence[str | os.PathLike], step: int | str = "best", 
 
 
 def member_map(fn: Callable, method: str = "auto") -> Callable:
-  """Maps `fn` over the leading member axis of all its arguments: `jax.vmap`, or `jax.lax.map` (a loop over the
-  members inside one compiled program). 'auto' is 'map' on CPU and 'vmap' elsewhere: for inference, vmapping over
-  convolution kernels makes XLA emit grouped convolutions, ~3x slower than K plain ones on CPU. For training use
-  'vmap' (the default of `ensemble_train.ensemble_train_step`): on CPU a train step inside lax.map ran ~10x slower
-  than vmap (docs/BENCHMARKS.md)."""
+  """Maps `fn` over the leading member axis K of all its arguments (pytrees with leaves (K, ...)).
+
+  Methods:
+    'vmap': `jax.vmap`. Per-member convolution kernels become grouped convolutions (feature_group_count = K),
+      which XLA:CPU runs ~3x slower than K plain ones; the method for accelerators and for training.
+    'map': `jax.lax.map`, a loop over the members inside one compiled program (one copy of the body: the
+      shortest compile); the CPU default.
+    'unroll': K copies of `fn` in one program, one per member (`fn(*member_k_args)` for k = 0..K-1, stacked):
+      every member runs the single model's own operations (bitwise the single model's outputs in the run of
+      docs/BENCHMARKS.md, "Ensemble inference against one model on CPU"); compile time grows with K, and on CPU
+      it is no faster than 'map' (3.9x against 3.55x one model's time for K = 4).
+    'auto': 'map' on CPU, 'vmap' elsewhere (docs/BENCHMARKS.md, "Ensembles").
+  For training use 'vmap' (the default of `ensemble_train.ensemble_train_step`): on CPU a train step inside
+  lax.map ran ~10x slower than vmap (docs/BENCHMARKS.md).
+  """
   if method == "auto":
     method = "map" if jax.default_backend() == "cpu" else "vmap"
   if method == "vmap":
     return jax.vmap(fn)
   if method == "map":
     return lambda *args: jax.lax.map(lambda a: fn(*a), args)
-  raise ValueError(f"member_map: method must be 'auto', 'vmap' or 'map', got {method!r}")
+  if method == "unroll":
+    def unrolled(*args):
+      outs = [fn(*jax.tree.map(lambda x, k=k: x[k], args)) for k in range(ensemble_size(args))]
+      return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+    return unrolled
+  raise ValueError(f"member_map: method must be 'auto', 'vmap', 'map' or 'unroll', got {method!r}")
 
 
 def apply_ensemble(model, variables: PyTree, sparse: Array, *, per_member: bool = False,
@@ -148,7 +163,7 @@ def apply_ensemble(model, variables: PyTree, sparse: Array, *, per_member: bool 
     model: the (common) Flax module.
     variables: stacked variables, leaves (K, ...).
     sparse: (B, H, W, 1) input depth [m] shared by all members, or (K, B, H, W, 1) when `per_member`.
-    method: 'vmap', 'map' or 'auto' (see `member_map`); the results agree to float rounding.
+    method: 'vmap', 'map', 'unroll' or 'auto' (see `member_map`); the results agree to float rounding.
 
   Returns:
     `ModelOutput` whose fields are (K, B, H, W, 1).

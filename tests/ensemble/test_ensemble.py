@@ -176,7 +176,7 @@ def test_vmap_ensemble_equals_separate_members():
     np.testing.assert_allclose(out.confidence[k], want.confidence, rtol=2e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["vmap", "map"])
+@pytest.mark.parametrize("method", ["vmap", "map", "unroll"])
 def test_member_map_shared_and_per_member_inputs(method):
   ncnn = models.build_model("ncnn")
   stacked = ensemble.init_ensemble(ncnn, [0, 1], (32, 64))
@@ -187,6 +187,21 @@ def test_member_map_shared_and_per_member_inputs(method):
   for k, v in enumerate(ensemble.unstack_tree(stacked)):
     np.testing.assert_allclose(per.depth[k], apply(v, sparse[k]).depth, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(shared.depth[k], apply(v, sparse[0]).depth, rtol=2e-5, atol=2e-5)
+
+
+def test_unrolled_members_run_the_single_models_program_and_bad_methods_fail():
+  ncnn = models.build_model("ncnn")
+  stacked = ensemble.init_ensemble(ncnn, [0, 1, 2], (32, 64))
+  sparse = _sparse(np.random.default_rng(2), (1, 32, 64, 1))
+  out = jax.jit(functools.partial(ensemble.apply_ensemble, ncnn, method="unroll"))(stacked, sparse)
+  assert out.depth.shape == (3, 1, 32, 64, 1)
+  apply = jax.jit(lambda v, x: ncnn.apply(v, x, train=False))
+  for k, v in enumerate(ensemble.unstack_tree(stacked)):
+    want = apply(v, sparse)
+    np.testing.assert_allclose(out.depth[k], want.depth, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out.confidence[k], want.confidence, rtol=1e-6, atol=1e-7)
+  with pytest.raises(ValueError, match="'auto', 'vmap', 'map' or 'unroll'"):
+    ensemble.member_map(lambda v: v, "loop")
 
 
 def _sparse(rng, shape):
