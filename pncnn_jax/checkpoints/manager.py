@@ -65,17 +65,22 @@ def _quiet_failed_restore():
   When one read of a restore fails (a truncated file), orbax raises and closes its event loop while tensorstore
   still completes the other reads; each late completion calls `call_soon_threadsafe` on the closed loop, and
   tensorstore prints the RuntimeError's traceback from its own thread, straight to the process's stderr: dozens of
-  tracebacks before our one-line error. Within this context a completion for a closed loop is dropped instead
-  (nothing awaits it any more). After a failure the patch stays for the rest of the process, since completions
-  keep arriving after orbax has raised (the command ends with its one-line error soon after); after a success
-  asyncio is as it was.
+  tracebacks before our one-line error, and asyncio logs "Task exception was never retrieved" for the abandoned
+  reads. Within this context a completion for a closed loop is dropped instead (nothing awaits it any more) and
+  the asyncio logger shows only critical records. After a failure both stay so for the rest of the process, since
+  completions keep arriving after orbax has raised (the command ends with its one-line error soon after); after a
+  success asyncio is as it was.
   """
   if asyncio.BaseEventLoop.call_soon_threadsafe is _call_soon_threadsafe_unless_closed:
     yield
     return
+  asyncio_log = logging.getLogger("asyncio")  # "Task exception was never retrieved" of the abandoned reads
+  level = asyncio_log.level
   asyncio.BaseEventLoop.call_soon_threadsafe = _call_soon_threadsafe_unless_closed
-  yield  # an exception propagates from here and leaves the patch in place
+  asyncio_log.setLevel(logging.CRITICAL)
+  yield  # an exception propagates from here and leaves both in place
   asyncio.BaseEventLoop.call_soon_threadsafe = _call_soon_threadsafe
+  asyncio_log.setLevel(level)
 
 
 class CheckpointCorruptError(ValueError):
