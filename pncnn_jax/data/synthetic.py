@@ -108,6 +108,8 @@ class SyntheticConfig:
   dropout: float = 0.01  # base probability that a LiDAR return is missing
   far_dropout: float = 0.10  # extra dropout probability at max_range_m (grows as (r/max)^2)
   max_range_m: float = 100.0  # LiDAR maximum range, metres
+  lidar_beams: int = 64  # 64, 32 or 16: every (64 / lidar_beams)-th laser of the HDL-64E, from the top (a 32- or
+  #                        16-beam LiDAR with the same vertical field; same scene, noise and dropouts per kept beam)
   sky_depth_m: float = 200.0  # camera rays that hit nothing within this distance are sky (0)
   gt_max_depth_m: float = 80.0  # semi-dense ground truth keeps depths up to this, metres
   gt_fill: float = 0.32  # Bernoulli fill of the semi-dense ground truth inside the LiDAR field
@@ -261,6 +263,10 @@ def _render_lidar(scene, cfg, rng, top, left, h, w):
   phase = rng.uniform(0.0, 1.0)
   noise = rng.normal(0.0, cfg.range_noise_m, (n_el, n_az))
   keep_u = rng.uniform(0.0, 1.0, (n_el, n_az))
+  if cfg.lidar_beams not in (64, 32, 16):
+    raise ValueError(f"SyntheticConfig.lidar_beams must be 64, 32 or 16, got {cfg.lidar_beams}")
+  beams = slice(None, None, n_el // cfg.lidar_beams)  # after the draws: the kept beams see the 64-beam scan's
+  d_cam, noise, keep_u = d_cam[beams], noise[beams], keep_u[beams]
   # Spinning phase: rotate the scan by a sub-step azimuth (about the LiDAR z axis ~ camera -y).
   ph = math.radians(phase * cfg.azimuth_step_deg)
   rz = np.array([[math.cos(ph), -math.sin(ph), 0], [math.sin(ph), math.cos(ph), 0], [0, 0, 1]])

@@ -135,7 +135,9 @@ class SceneCache:
     self.path = pathlib.Path(path)
     meta = _read_meta(self.path)
     cfg = config or synthetic.SyntheticConfig()
-    if meta.get("format") != FORMAT or meta.get("synthetic_config") != dataclasses.asdict(cfg):
+    # A field added to SyntheticConfig later (e.g. lidar_beams) reads as its default in an older cache.
+    saved = {**dataclasses.asdict(synthetic.SyntheticConfig()), **(meta.get("synthetic_config") or {})}
+    if meta.get("format") != FORMAT or saved != dataclasses.asdict(cfg):
       raise ValueError(f"{self.path}: cache of another generator version or SyntheticConfig; rebuild it")
     self.seed, self.stream, self.size = meta["seed"], meta["stream"], meta["size"]
     self.window = tuple(meta["window"])
