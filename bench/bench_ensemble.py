@@ -37,6 +37,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from sections import write_section  # noqa: E402  (bench/ is the script's folder)
 
 from pncnn_jax import data, evaluate
 from pncnn_jax.ensemble import members as ensemble
@@ -133,17 +134,6 @@ def render_speed(res: dict, command: str) -> str:
                  f"({min(r):.2f}-{max(r):.2f}) | {first} | "
                  f"{'-' if d is None else ('0 (bitwise)' if d == 0 else f'{d:.1e}')} |")
   return "\n".join(lines)
-
-
-def write_section(path: pathlib.Path, name: str, body: str) -> None:
-  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-  text = path.read_text() if path.exists() else "# Benchmarks\n"
-  block = f"{begin}\n{body}\n{end}"
-  if begin in text:
-    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-  else:
-    text = text.rstrip() + "\n\n" + block + "\n"
-  path.write_text(text)
 
 
 def bench_config(steps: int, workers: int):

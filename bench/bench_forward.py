@@ -28,7 +28,6 @@ import json
 import os
 import pathlib
 import platform
-import re
 import resource
 import subprocess
 import sys
@@ -46,6 +45,7 @@ H, W = 352, 1216
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_forward_report import OFFICIAL, TUNED_GLIBC, render  # noqa: E402  pylint: disable=g-import-not-at-top
+from sections import write_section  # noqa: E402  (bench/ is the script's folder)
 
 
 def unet_flops(h: int, w: int, cin: int = 1, feats=(32, 32, 64, 64)) -> int:
@@ -297,17 +297,6 @@ def cpu_name() -> str:
 def section_name() -> str:
   """The BENCHMARKS.md section this run writes: `forward` on CPU, `forward_<backend>` else."""
   return "forward" if on_cpu() else f"forward_{jax.default_backend()}"
-
-
-def write_section(path: pathlib.Path, name: str, body: str) -> None:
-  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-  text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by the script it names.\n"
-  block = f"{begin}\n{body}\n{end}"
-  if begin in text:
-    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-  else:
-    text = text.rstrip() + "\n\n" + block + "\n"
-  path.write_text(text)
 
 
 def main(argv=None) -> int:

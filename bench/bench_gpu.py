@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+from sections import write_section  # noqa: E402  (bench/ is the script's folder)
+
 H, W = 352, 1216
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing it
@@ -403,17 +405,6 @@ def collect(jsonl: pathlib.Path) -> dict:
     else:
       res[key] = value
   return res
-
-
-def write_section(path: pathlib.Path, name: str, body: str) -> None:
-  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-  text = path.read_text() if path.exists() else "# Benchmarks\n"
-  block = f"{begin}\n{body}\n{end}"
-  if begin in text:
-    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-  else:
-    text = text.rstrip() + "\n\n" + block + "\n"
-  path.write_text(text)
 
 
 def main(argv=None) -> int:

@@ -34,7 +34,6 @@ import math
 import os
 import pathlib
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import tempfile
 import time
 
 import numpy as np
+from sections import write_section  # noqa: E402  (bench/ is the script's folder)
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing it
@@ -247,18 +247,6 @@ def render(res: dict, command: str) -> str:
       "is why `python -m pncnn_jax.experiments.reproduce` renders its scenes once into `synthetic_cache_dir`.",
   ]
   return "\n".join(lines)
-
-
-def write_section(path: pathlib.Path, name: str, body: str) -> None:
-  """Replaces the text between `<!-- name:begin -->` and `<!-- name:end -->` of `path` (appends it if absent)."""
-  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-  text = path.read_text() if path.exists() else "# Benchmarks\n"
-  block = f"{begin}\n{body}\n{end}"
-  if begin in text:
-    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-  else:
-    text = text.rstrip() + "\n\n" + block + "\n"
-  path.write_text(text)
 
 
 def main(argv=None) -> int:

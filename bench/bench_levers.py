@@ -48,6 +48,8 @@ import sys
 import tempfile
 import time
 
+from sections import write_section  # noqa: E402  (bench/ is the script's folder)
+
 HUGE = "glibc.malloc.hugetlb=1"
 TUNED = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -271,18 +273,6 @@ def render_xla_paths(runs: list[dict]) -> str:
           f"{max(fr):.2f}) | {r['step_median_s']:.2f} | {r['step_median_ratio']:.2f} ({min(sr):.2f}-{max(sr):.2f}) "
           f"| {eq} | {r['loss']:.4f} | {r['compile_s']:.1f} |")
   return "\n".join(lines)
-
-
-def write_section(path: pathlib.Path, name: str, body: str) -> None:
-  """Replaces the text between `<!-- name:begin -->` and `<!-- name:end -->` of `path` (appends it if absent)."""
-  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-  text = path.read_text() if path.exists() else "# Benchmarks\n"
-  block = f"{begin}\n{body}\n{end}"
-  if begin in text:
-    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-  else:
-    text = text.rstrip() + "\n\n" + block + "\n"
-  path.write_text(text)
 
 
 def _read_json(proc, key: str) -> dict:

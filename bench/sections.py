@@ -1,0 +1,21 @@
+"""The one writer of docs/BENCHMARKS.md sections: each benchmark script owns the text between
+`<!-- name:begin -->` and `<!-- name:end -->` and rewrites only that (commentary after the end marker stays)."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+HEADER = "# Benchmarks\n\nEach section is written by the script it names.\n"
+
+
+def write_section(path: pathlib.Path, name: str, body: str) -> None:
+  """Replaces the text between `<!-- name:begin -->` and `<!-- name:end -->` of `path` (appends it if absent)."""
+  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+  text = path.read_text() if path.exists() else HEADER
+  block = f"{begin}\n{body}\n{end}"
+  if begin in text:
+    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+  else:
+    text = text.rstrip() + "\n\n" + block + "\n"
+  path.write_text(text)
