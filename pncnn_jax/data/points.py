@@ -58,6 +58,8 @@ import pathlib
 
 import numpy as np
 
+from pncnn_jax.runtime.cli import first_line
+
 KITTI_CAMERAS = ("02", "03")  # the colour cameras of KITTI raw (00 and 01 are grayscale, not used by the benchmark)
 CAM_TO_CAM, VELO_TO_CAM = "calib_cam_to_cam.txt", "calib_velo_to_cam.txt"
 CALIB_SUFFIXES = (".yaml", ".yml", ".json")
@@ -133,7 +135,7 @@ def read_points(path: str | os.PathLike) -> np.ndarray:
     try:
       a = np.load(p, allow_pickle=False)
     except (ValueError, OSError) as e:
-      raise ValueError(f"points {p}: not a readable .npy array ({_first_line(e)})") from None
+      raise ValueError(f"points {p}: not a readable .npy array ({first_line(e)})") from None
     if a.ndim != 2 or a.shape[1] not in (3, 4) or not (np.issubdtype(a.dtype, np.floating)
                                                         or np.issubdtype(a.dtype, np.integer)):
       raise ValueError(f"points {p}: expected an (N, 3) or (N, 4) array of x, y, z[, reflectance] in metres, got "
@@ -214,7 +216,7 @@ def _calibration_entry(p: pathlib.Path, camera: str | None, required: tuple[str,
       import yaml  # pylint: disable=g-import-not-at-top  (PyYAML: a dependency of flax)
       data = yaml.safe_load(text)
   except Exception as e:  # noqa: BLE001  (json and yaml parse errors differ; both become one line)
-    raise ValueError(f"calibration {p}: not valid {p.suffix[1:].upper()} ({_first_line(e)})") from None
+    raise ValueError(f"calibration {p}: not valid {p.suffix[1:].upper()} ({first_line(e)})") from None
   if not isinstance(data, dict):
     raise ValueError(f"calibration {p}: expected a mapping with {', '.join(required)}")
   where = f"calibration {p}"
@@ -330,7 +332,3 @@ def _image_size(what: str, size) -> tuple[int, int]:
   if not ok or h < 1 or w < 1:
     raise ValueError(f"{what}: expected two positive integers (H, W), got {size!r}")
   return h, w
-
-
-def _first_line(e: BaseException) -> str:
-  return (str(e).strip().splitlines() or [type(e).__name__])[0]

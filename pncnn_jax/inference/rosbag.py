@@ -59,6 +59,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pncnn_jax.data import points as points_lib
+from pncnn_jax.runtime.cli import first_line
 
 IMAGE, CAMERA_INFO, POINTCLOUD2 = "sensor_msgs/msg/Image", "sensor_msgs/msg/CameraInfo", "sensor_msgs/msg/PointCloud2"
 DEPTH_ENCODINGS = {"32FC1": ("f4", 1.0), "16UC1": ("u2", 1e-3), "mono16": ("u2", 1e-3)}  # dtype, metres per unit
@@ -234,7 +235,7 @@ class _Frames:
       reader = self.Reader(self.bag)
       reader.open()
     except Exception as e:  # noqa: BLE001  (rosbags raises its own errors, sqlite3's and yaml's for a broken bag)
-      raise ValueError(f"--input {self.bag}: not a readable rosbag2 bag ({_first_line(e)})") from None
+      raise ValueError(f"--input {self.bag}: not a readable rosbag2 bag ({first_line(e)})") from None
     try:
       yield reader
     finally:
@@ -312,10 +313,6 @@ class _Frames:
     return {"frames": n, "empty": empty, "out_of_range": far, "topics": topics, "seconds": seconds}
 
 
-def _first_line(e: BaseException) -> str:
-  return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
 def main(argv: list[str] | None = None) -> int:
   from pncnn_jax.inference import completer as completer_lib  # pylint: disable=g-import-not-at-top
 
@@ -344,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     completer = completer_lib.Completer.from_checkpoint(a.checkpoint)
     frames.complete(out, completer, namespace=a.namespace.rstrip("/"), progress=not a.no_progress, log=print)
   except (ValueError, FileNotFoundError, FileExistsError, ImportError, OSError) as e:
-    print(f"error: {_first_line(e)}", file=sys.stderr)
+    print(f"error: {first_line(e)}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
     print(f"error: interrupted; {out} was not written", file=sys.stderr)

@@ -36,6 +36,11 @@ A misspelled field is an error with a "Did you mean" hint. KITTI / NYU are built
 """
 
 
+def first_line(e: BaseException) -> str:
+  """The first line of an exception's message (its type's name when it has none): for one-line errors."""
+  return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def _fail(message: str) -> None:
   print(f"error: {message}", file=sys.stderr)
   sys.exit(2)
