@@ -23,8 +23,9 @@ import pytest  # noqa: E402
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Compiling dominates the suite on CPU; a persistent cache shares identical programs across test files and the
 # two xdist workers (and makes a rerun fast). Ignored by git.
-jax.config.update("jax_compilation_cache_dir", str(pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                  float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", 0.5)))
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("PNCNN_SHARED", REPO.parent / "shared")).resolve()
@@ -49,3 +50,18 @@ def load_npz(path) -> dict[str, np.ndarray]:
 
 def nchw_to_nhwc(a: np.ndarray) -> np.ndarray:
   return np.transpose(a, (0, 2, 3, 1))
+
+
+def pytest_collection_modifyitems(config, items):
+  """The longest work first, so that neither of `make test`'s two xdist workers idles at the end while the other
+  runs a long test: xdist hands out work units (an `xdist_group`, else one test) in this order, one at a time to the
+  worker that is free. First the groups (files that share one trained run or one compiled model), then the tests
+  marked `slow`, then the rest, each in collection order."""
+  del config
+
+  def rank(item):
+    if item.get_closest_marker("xdist_group"):
+      return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+  items[:] = sorted(items, key=rank)  # stable: collection order within a rank

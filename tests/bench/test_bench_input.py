@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from conftest import REPO
 
@@ -20,6 +21,7 @@ def test_kitti_pair_has_kitti_densities_and_encoding():
   assert depth.min() >= 2.0 and depth.max() <= 84.0
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_the_table_and_json(tmp_path):
   md, js = tmp_path / "BENCH.md", tmp_path / "input.json"
   md.write_text("# Benchmarks\n\nkept\n")

@@ -6,12 +6,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 import gpu_suite  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
+@pytest.mark.slow
 def test_dry_run_writes_every_row(tmp_path):
   out_dir = tmp_path / "suite"
   env = dict(os.environ, PYTHON=sys.executable, GPU_SUITE_CACHE=str(tmp_path / "cache"))

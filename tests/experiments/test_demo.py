@@ -3,12 +3,14 @@ rules."""
 
 import ml_collections
 import numpy as np
+import pytest
 
 from pncnn_jax import evaluate, from_config, pretrained
 from pncnn_jax.experiments import demo
 from pncnn_jax.experiments import runs as paper
 
 
+@pytest.mark.slow
 def test_demo_evaluates_the_shipped_ensemble_and_every_rule():
   fusion = demo.evaluate_shipped_fusion(2)
   assert fusion["members"] == list(paper.ENSEMBLE)

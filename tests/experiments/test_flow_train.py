@@ -31,6 +31,7 @@ def _tiny(variant):
   return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["flow_pncnn"])
 def test_flow_model_trains_validates_and_evaluates(tmp_path, variant):
   config = _tiny(variant)

@@ -40,6 +40,7 @@ def _step(variant: str, loss_name: str, remat: bool):
   return variables, loss, grads, new_stats, out.depth
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,loss_name", VARIANT_LOSS)
 def test_a_training_step_with_remat_equals_one_without(variant, loss_name):
   assert loss_name in losses.LOSSES

@@ -135,6 +135,7 @@ def _reference(workdir):
   return train.train_and_evaluate(config, workdir)
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
   logs, ref_dir, mp_dir = tmp_path / "logs", tmp_path / "ref", tmp_path / "mp"
   logs.mkdir()
