@@ -19,6 +19,9 @@ from pncnn_jax.training import step as ts
 
 from conftest import REPO
 
+# One worker for the whole file: its runs share compiled steps (`train.make_train_step` is cached per loss and mesh).
+pytestmark = pytest.mark.xdist_group("train_loop")
+
 
 def tiny_config(variant="ncnn_conf_l1", **overrides):
   c = from_config.load_config(f"{REPO}/configs/synthetic.py:{variant}")
@@ -294,7 +297,7 @@ def test_divergence_stops_before_saving_and_a_rerun_says_so(tmp_path, lr, diverg
 def test_resume_refuses_a_diverged_checkpoint(tmp_path):
   """A checkpoint with inf BatchNorm statistics (as older versions saved) is refused on resume, with the step to
   resume from instead, rather than failing later in the validation's AUSE."""
-  cfg = tiny_config("pncnn", checkpoint_every_steps=1, eval_every_steps=-1)
+  cfg = tiny_config(checkpoint_every_steps=1, eval_every_steps=-1)  # NCNN-Conf-L1: its UNet has BatchNorm
   train.train_and_evaluate(cfg, tmp_path, stop_after_steps=2)
   with checkpointing.Checkpointer(tmp_path) as ckpt:
     tree, meta = ckpt.restore(2)
@@ -348,3 +351,19 @@ def test_gradient_clipping_scales_the_gradient_before_adam():
   schedule, tx = train._schedule_and_tx(config, 10)  # the training loop's optimizer follows the config
   assert jax.tree.structure(tx.init(p)) == jax.tree.structure(ts.make_optimizer(schedule, 5.0).init(p))
   assert jax.tree.structure(tx.init(p)) != jax.tree.structure(ts.make_optimizer(schedule).init(p))
+
+
+def test_global_norm_and_all_finite_equal_their_per_leaf_forms():
+  """The training step's norms and checks reduce all leaves at once (`ts._raveled`): the same values as per leaf."""
+  rng = np.random.default_rng(0)
+  tree = {"a": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32), "b": {"c": jnp.asarray(rng.normal(size=5),
+                                                                                          jnp.float32)}}
+  np.testing.assert_allclose(ts.global_norm(tree), optax.tree.norm(tree), rtol=1e-6)
+  assert bool(ts.all_finite(tree)) and bool(ts.all_finite({})) and float(ts.global_norm({})) == 0.0
+  for bad in (np.inf, -np.inf, np.nan):
+    broken = jax.tree.map(lambda x: x, tree)
+    broken["b"]["c"] = broken["b"]["c"].at[2].set(bad)
+    assert not bool(ts.all_finite(broken)) and not np.isfinite(float(ts.global_norm(broken)))
+  big = {"x": jnp.full((4,), 3e19, jnp.float32)}  # finite elements whose norm overflows float32
+  assert bool(ts.all_finite(big)) and not np.isfinite(float(ts.global_norm(big)))
+
