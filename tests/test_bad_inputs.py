@@ -488,8 +488,11 @@ def test_ctrl_c_is_one_line_and_resumable(run_dir, tmp_path):
   """Ctrl-C during training printed a traceback."""
   wd = tmp_path / "wd"
   shutil.copytree(run_dir[0], wd)
+  # SIGINT as a terminal delivers it: a test run started in the background of a shell (`make test &`) ignores
+  # SIGINT, and its children would inherit that and train on (as `nohup train.py &` should).
   p = subprocess.Popen([sys.executable, "train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY,
-                        "--config.num_epochs=1000"], cwd=REPO, env=ENV, stderr=subprocess.PIPE, text=True)
+                        "--config.num_epochs=1000"], cwd=REPO, env=ENV, stderr=subprocess.PIPE, text=True,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   deadline = time.time() + 120
   while not (wd / "RUNNING").exists() and time.time() < deadline and p.poll() is None:
     time.sleep(0.2)

@@ -28,6 +28,10 @@ def run(args, timeout=600):
                         timeout=timeout, check=False)
 
 
+# The tests of the trained run share one worker, so that it is trained once.
+TRAINED = pytest.mark.xdist_group("cli_trained")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
   wd = tmp_path_factory.mktemp("run") / "wd"
@@ -36,6 +40,7 @@ def trained(tmp_path_factory):
   return wd, r
 
 
+@TRAINED
 def test_train_cli(trained):
   wd, r = trained
   assert "final validation (step 2)" in r.stdout
@@ -45,6 +50,7 @@ def test_train_cli(trained):
   assert (wd / "checkpoints" / "2").is_dir()
 
 
+@TRAINED
 def test_eval_cli(trained):
   wd, _ = trained
   r = run(["eval.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={wd}", "--checkpoint=best",
@@ -63,6 +69,7 @@ def test_eval_cli(trained):
   assert "| ncnn_conf_l1@best |" in r.stdout
 
 
+@TRAINED
 def test_predict_cli(trained, tmp_path):
   wd, _ = trained
   sparse = np.zeros((30, 50))

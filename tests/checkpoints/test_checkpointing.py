@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -264,6 +265,7 @@ def test_structure_difference_names_the_shortest_subtrees():
       "model")
 
 
+@pytest.mark.slow
 def test_training_survives_concurrent_readers(tmp_path):
   """A training saving a checkpoint every step runs while this process loads 'latest' from its workdir over and
   over (as `eval.py --checkpoint latest` or predict would): the training finishes and every checkpoint it keeps
@@ -274,7 +276,7 @@ def test_training_survives_concurrent_readers(tmp_path):
           "--config.data.train_crop_height=16", "--config.data.train_crop_width=32",
           "--config.data.eval_crop_height=16", "--config.data.eval_crop_width=32",
           "--config.data.synthetic_size=8", "--config.data.eval_synthetic_size=2", "--config.eval_batch_size=2",
-          "--config.steps_per_epoch=12", "--config.num_epochs=1", "--config.checkpoint_every_steps=1",
+          "--config.steps_per_epoch=6", "--config.num_epochs=1", "--config.checkpoint_every_steps=1",
           "--config.max_to_keep=2", "--config.num_panels=2", "--config.progress_bar=False"]
   env = dict(os.environ, PYTHONPATH=str(REPO))
   proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -287,6 +289,7 @@ def test_training_survives_concurrent_readers(tmp_path):
         loads += 1
       except Exception:  # pylint: disable=broad-except
         pass  # no step yet, or the step was rotated out while we read it: the reader's problem, not the writer's
+      time.sleep(0.1)  # a reader polling, not a busy loop taking the CPU the training needs
     _, err = proc.communicate(timeout=300)
   finally:
     if proc.poll() is None:
@@ -296,7 +299,7 @@ def test_training_survives_concurrent_readers(tmp_path):
   entries = sorted(p.name for p in (wd / "checkpoints").iterdir())
   assert not any("tmp" in e for e in entries), entries
   with checkpointing.Checkpointer(wd, read_only=True) as ckpt:
-    assert ckpt.latest_step() == 12 and 11 in ckpt.all_steps()
+    assert ckpt.latest_step() == 6 and 5 in ckpt.all_steps()
     for s in ckpt.all_steps():
       state, meta = ckpt.restore(s)
       assert int(state["step"]) == s == meta["step"]

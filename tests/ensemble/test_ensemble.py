@@ -271,23 +271,37 @@ def _tiny_config():
   return c
 
 
+# The end-to-end tests below: one worker, so that the run trained once (`trained_ensemble`) and the compiled steps
+# serve them all.
+TRAINING = pytest.mark.xdist_group("ensemble_training")
+
+
+@pytest.fixture(scope="module")
+def trained_ensemble(tmp_path_factory):
+  """A finished tiny ensemble run (`_tiny_config`: 4 steps in one go, then evaluation): (workdir, summary)."""
+  wd = tmp_path_factory.mktemp("ensemble") / "a"
+  return wd, train.train_and_evaluate(_tiny_config(), wd)
+
+
+@TRAINING
 @pytest.mark.slow  # end-to-end: train, stop, resume, evaluate (~30 s on an idle 2-core machine)
-def test_train_ensemble_resumes_exactly(tmp_path):
+def test_train_ensemble_resumes_exactly(tmp_path, trained_ensemble):
   config = _tiny_config()
-  rows = train.train_and_evaluate(config, tmp_path / "a")["rows"]  # 4 steps in one go, then evaluation
+  a, summary = trained_ensemble
+  rows = summary["rows"]
   assert list(rows) == ["member 0", "member 1", "mean", "weighted_mean", "max_confidence", "mle"]
   assert all(np.isfinite(r["rmse"]) and 0 <= r["ause_pncnn"] <= 1 for r in rows.values())
   assert rows["mean"]["num_images"] == 2
   assert train.train_and_evaluate(config, tmp_path / "b", stop_after_steps=2) == {}  # "killed" after step 2
   rows_b = train.train_and_evaluate(config, tmp_path / "b")["rows"]  # resumes at step 2
-  with checkpointing.Checkpointer(tmp_path / "a", async_save=False) as ca, \
+  with checkpointing.Checkpointer(a, read_only=True) as ca, \
        checkpointing.Checkpointer(tmp_path / "b", async_save=False) as cb:
     assert ca.all_steps() == cb.all_steps() == [2, 4]
     (ta, meta), (tb, _) = ca.restore(4), cb.restore(4)
   assert meta["ensemble_size"] == 2 and meta["seeds"] == [0, 1]
   jax.tree.map(np.testing.assert_array_equal, ta, tb)
   assert rows_b["mle"]["rmse"] == rows["mle"]["rmse"]
-  variables, _ = ensemble.load_ensemble(tmp_path / "a")  # an ensemble workdir loads stacked
+  variables, _ = ensemble.load_ensemble(a)  # an ensemble workdir loads stacked
   assert ensemble.ensemble_size(variables) == 2
   # members differ (own seeds, own data) and were trained
   p = variables["params"]["nconv"]
@@ -295,14 +309,15 @@ def test_train_ensemble_resumes_exactly(tmp_path):
   assert not np.allclose(leaf[0], leaf[1])
 
 
+@TRAINING
 @pytest.mark.slow  # end-to-end: two epochs of the tiny ensemble (~30 s on an idle 2-core machine)
 def test_train_ensemble_keeps_the_best_checkpoint(tmp_path):
   """Every validation ranks its checkpoint by the RMSE of `ensemble.select_rule`; the best one is kept beyond
   max_to_keep, as for a single model."""
-  config = _tiny_config()
-  config.num_epochs, config.lr_decay_epochs, config.max_to_keep = 2, 2, 1  # validations at steps 4 and 8
+  config = _tiny_config()  # its programs are the shared run's (`trained_ensemble`): only the run's length differs
+  config.num_epochs, config.max_to_keep = 2, 1  # validations at steps 4 and 8
   config.checkpoint_every_steps = -1
-  config.ensemble.rules, config.ensemble.select_rule = ("mean", "max_confidence"), "max_confidence"
+  config.ensemble.select_rule = "max_confidence"
   summary = train.train_and_evaluate(config, tmp_path)
   val = {r["step"]: r["rmse"] for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
          if r["split"] == "val"}
@@ -314,13 +329,15 @@ def test_train_ensemble_keeps_the_best_checkpoint(tmp_path):
   assert (tmp_path / "ensemble_eval.md").read_text().startswith("| member / fusion |")
 
 
-def test_train_ensemble_refuses_a_workdir_of_another_variant(tmp_path):
-  config = _tiny_config()
-  train.train_and_evaluate(config, tmp_path, stop_after_steps=1)
+@TRAINING
+def test_train_ensemble_refuses_a_workdir_of_another_variant(trained_ensemble):
+  wd, _ = trained_ensemble
   other = from_config.load_config(f"{REPO / 'configs' / 'ensemble_synthetic.py'}"
                                  ":ncnn")
+  before = sorted(p.relative_to(wd) for p in wd.rglob("*"))
   with pytest.raises(ValueError, match=f"holds a run of variant '{SMALL_VARIANT}', but config.variant is 'ncnn'"):
-    train.train_and_evaluate(other, tmp_path)
+    train.train_and_evaluate(other, wd)
+  assert sorted(p.relative_to(wd) for p in wd.rglob("*")) == before  # refused before anything was written
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def test_masked_input_confidence_is_zero_off_the_measurements(variant):
   official, masked = models.build_model(variant), models.build_model(variant, mask_input_confidence=True)
   assert not official.mask_input_confidence  # the parity variants are unchanged
   variables = models.init_variables(official, jax.random.key(0))
-  c0_off = np.asarray(official.apply(variables, jnp.asarray(x)).input_confidence)
-  out = masked.apply(variables, jnp.asarray(x))  # same parameters: the mask adds none
+  c0_off = np.asarray(jax.jit(official.apply)(variables, jnp.asarray(x)).input_confidence)
+  out = jax.jit(masked.apply)(variables, jnp.asarray(x))  # same parameters: the mask adds none
   c0 = np.asarray(out.input_confidence)
   assert np.all(c0[~pts] == 0.0) and np.all(c0_off[~pts] > 0.0)
   np.testing.assert_array_equal(c0[pts], c0_off[pts])
@@ -101,14 +101,16 @@ def test_detached_variance_input_changes_gradients_not_outputs():
   x[pts] = rng.uniform(2.0, 60.0, int(pts.sum()))
   plain, detached = models.build_model("pncnn"), models.build_model("pncnn", detach_variance_input=True)
   variables = models.init_variables(plain, jax.random.key(0))
-  for a, b in zip(*(jax.tree.leaves(m.apply(variables, jnp.asarray(x))) for m in (plain, detached)), strict=True):
+  # jitted: one compile per program instead of one per eager operation (most of this test's time)
+  for a, b in zip(*(jax.tree.leaves(jax.jit(m.apply)(variables, jnp.asarray(x))) for m in (plain, detached)),
+                  strict=True):
     np.testing.assert_array_equal(a, b)
 
   def grads(model, of):
     def loss(params):
       out, _ = model.apply({**variables, "params": params}, jnp.asarray(x), train=True, mutable=["batch_stats"])
       return jnp.mean(getattr(out, of))
-    return jax.grad(loss)(variables["params"])
+    return jax.jit(jax.grad(loss))(variables["params"])
   norm = lambda tree: float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree.leaves(tree)))
   g_plain, g_det, g_depth = grads(plain, "confidence"), grads(detached, "confidence"), grads(detached, "depth")
   for module in ("conf_estimator", "nconv"):
