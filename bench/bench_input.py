@@ -41,7 +41,7 @@ import tempfile
 import time
 
 import numpy as np
-from sections import write_section  # noqa: E402  (bench/ is the script's folder)
+from sections import command, write_section  # noqa: E402  (bench/ is the script's folder)
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing it
@@ -286,10 +286,7 @@ def main(argv=None) -> int:
     res = run(args.pairs, args.batches, args.batch, crop, frame, workdir)
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
-  words = list(argv if argv is not None else sys.argv[1:])
-  kept = [a for i, a in enumerate(words)  # the command without the output paths
-          if not (a.startswith(("--output", "--json")) or (i and words[i - 1] in ("--output", "--json")))]
-  res["command"] = ("python bench/bench_input.py " + " ".join(kept)).strip()
+  res["command"] = command("bench_input.py", argv)
   body = render(res, res["command"])
   print(body)
   if args.json:

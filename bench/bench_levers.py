@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 
-from sections import write_section  # noqa: E402  (bench/ is the script's folder)
+from sections import command, write_section  # noqa: E402  (bench/ is the script's folder)
 
 HUGE = "glibc.malloc.hugetlb=1"
 TUNED = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
@@ -506,11 +506,7 @@ def main(argv=None) -> int:
     res = run_xla_paths(configs, args.rounds, args.fwd_calls, args.height, args.width, args.batch,
                         args.cache_dir)
     res["jax"] = jax.__version__
-    words, kept = list(argv if argv is not None else sys.argv[1:]), []
-    for i, a in enumerate(words):  # the command without the output paths
-      if not (a.startswith(("--output", "--json")) or (i and words[i - 1] in ("--output", "--json"))):
-        kept.append(a)
-    res["command"] = "python bench/bench_levers.py " + " ".join(kept)
+    res["command"] = command("bench_levers.py", argv)
     body = render_xla_paths([res])
     print(body)
     if args.json:

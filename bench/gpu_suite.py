@@ -207,10 +207,11 @@ def jax_worker(args, emit) -> None:
     return name, compiled, time.perf_counter() - t1, float(cost.get("flops", 0.0))
 
   # Rows whose programs are identical (the dry run's batches, DRY_BATCH) share one compilation.
+  texts = {name: lo.as_text() for name, lo in lowered.items()}
   first = {}
-  for name in programs:
-    first.setdefault(lowered[name].as_text(), name)
-  same_as = {name: first[lowered[name].as_text()] for name in programs}
+  for name, text in texts.items():
+    first.setdefault(text, name)
+  same_as = {name: first[text] for name, text in texts.items()}
   compiled, info = {}, {}
   with concurrent.futures.ThreadPoolExecutor(args.compile_threads) as pool:
     for name, c, secs, flops in pool.map(build, list(first.values())):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import sys
 
 HEADER = "# Benchmarks\n\nEach section is written by the script it names.\n"
 
@@ -19,3 +20,12 @@ def write_section(path: pathlib.Path, name: str, body: str) -> None:
   else:
     text = text.rstrip() + "\n\n" + block + "\n"
   path.write_text(text)
+
+
+def command(script: str, argv: list[str] | None = None) -> str:
+  """`python bench/<script> ARGS` as the report shows it: the arguments without the output paths (--output, --json
+  and their values), which say where this copy went, not how it was measured."""
+  words = list(argv if argv is not None else sys.argv[1:])
+  kept = [a for i, a in enumerate(words)
+          if not (a.startswith(("--output", "--json")) or (i and words[i - 1] in ("--output", "--json")))]
+  return f"python bench/{script} {' '.join(kept)}".strip()
