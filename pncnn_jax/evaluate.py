@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 import pathlib
@@ -114,7 +115,18 @@ def get_metric_set(name: str) -> MetricSet:
 
 def make_eval_fn(model: models.PNCNN, metric_set: str):
   """jit(variables, sparse, target) -> (ModelOutput, per-image metrics), eval mode; None for a metric set that
-  evaluates its models itself (an extension's, `MetricSet.run`)."""
+  evaluates its models itself (an extension's, `MetricSet.run`). One function per (model, metric set): equal
+  models (flax modules compare by their settings) share it and its compiled programs within a process, across
+  validations, runs and evaluated checkpoints (a model that cannot be hashed gets a function of its own)."""
+  try:
+    hash(model)
+  except TypeError:
+    return _make_eval_fn.__wrapped__(model, metric_set)
+  return _make_eval_fn(model, metric_set)
+
+
+@functools.lru_cache(maxsize=16)
+def _make_eval_fn(model: models.PNCNN, metric_set: str):
   metric_fn = get_metric_set(metric_set).per_image
   if metric_fn is None:
     return None

@@ -182,3 +182,12 @@ def test_non_finite_predictions_are_a_divergence_not_an_ause_error():
   batch = {"sparse": sparse, "target": sparse}
   with pytest.raises(FloatingPointError, match=r"evaluation batch 0: \d+ of 768 predicted depths are not finite"):
     evaluate.run_evaluation(model, variables, [batch], loss_name="masked_l1")
+
+
+def test_equal_models_share_one_eval_function():
+  """`make_eval_fn` is one jitted function per (model settings, metric set): a model built again, a checkpoint of
+  the same variant or a second validation reuses its compiled programs; other settings get their own."""
+  a = evaluate.make_eval_fn(models.build_model("pncnn"), "kitti")
+  assert evaluate.make_eval_fn(models.build_model("pncnn"), "kitti") is a
+  assert evaluate.make_eval_fn(models.build_model("pncnn", mask_input_confidence=True), "kitti") is not a
+  assert evaluate.make_eval_fn(models.build_model("pncnn"), "nyu") is not a

@@ -89,6 +89,12 @@ def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
 
 
 @functools.lru_cache(maxsize=16)
+def _step_lr_optimizer(clip_norm: float):
+  """A single model's optimizer: one object per clip_norm; the schedule's settings live in the TrainState."""
+  return ts.make_step_lr_optimizer(clip_norm)
+
+
+@functools.lru_cache(maxsize=16)
 def _jitted_init(model: models.PNCNN):
   """`models.init_variables(model, key)` jitted once per model (it re-traces on every call)."""
   shape = (1, 16, 16, getattr(model, "input_channels", 1))  # sparse depth: 1 channel; flow (pncnn_jax.flow): C + 1
@@ -99,7 +105,10 @@ def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.Tr
   """The initial TrainState of a single model (params from `config.seed`, Adam with the StepLR schedule)."""
   model = from_config.build_model(config)
   variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
-  state = ts.create_train_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1], config.seed)
+  lr_schedule = ts.step_lr_values(float(config.learning_rate), int(steps_per_epoch), int(config.lr_decay_epochs),
+                                  float(config.lr_decay_factor))
+  state = ts.create_train_state(model, variables, _step_lr_optimizer(float(config.get("grad_clip_norm", 0.0))),
+                                config.seed, lr_schedule=lr_schedule)
   return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
 
 
@@ -157,12 +166,6 @@ def steps_in_call(done: int, steps_per_call: int, boundary: int) -> int:
 # Validation
 
 
-@functools.lru_cache(maxsize=16)
-def _eval_fn(model: models.PNCNN, metric_set: str):
-  """One jitted eval function per model (reused across validations and runs in one process)."""
-  return evaluate.make_eval_fn(model, metric_set)
-
-
 def validate(config: ml_collections.ConfigDict, state: ts.TrainState, mesh: Mesh,
              eval_fn=None) -> evaluate.EvalResult:
   """Evaluates a single model's state (eval mode) on the config's validation split (the first
@@ -171,7 +174,7 @@ def validate(config: ml_collections.ConfigDict, state: ts.TrainState, mesh: Mesh
   return evaluate.run_evaluation(
       model, ts.variables_of(state), from_config.eval_iterator(config), loss_name=from_config.variant_loss(config),
       metric_set=config.metrics, mesh=mesh, max_batches=config.num_eval_batches,
-      eval_fn=eval_fn or _eval_fn(model, config.metrics))
+      eval_fn=eval_fn or evaluate.make_eval_fn(model, config.metrics))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -31,16 +31,64 @@ Array = jax.Array
 class TrainState(train_state.TrainState):
   """Flax TrainState plus the BatchNorm running statistics (empty dict for NCNN, which has none) and, for a model
   with dropout, the key data (uint32 (2,)) its dropout masks derive from: step t uses fold_in(key, t), so a resumed
-  run draws the masks an uninterrupted one would (None for models without dropout; not checkpointed)."""
+  run draws the masks an uninterrupted one would (None for models without dropout; not checkpointed), and for the
+  training loop's optimizer (`make_step_lr_optimizer`) the learning-rate schedule's settings as arrays
+  (`step_lr_values`; None for an optimizer with its own constants; not checkpointed: they come from the config)."""
 
   batch_stats: Any = struct.field(default_factory=dict)
   dropout_key: Any = None
+  lr_schedule: Any = None
+
+  def apply_gradients(self, *, grads: Any, **kwargs) -> TrainState:
+    """flax's `apply_gradients`; with `lr_schedule` (arrays, see `step_lr_values`), the optimizer
+    (`make_step_lr_optimizer`) reads the learning rate's settings from the state instead of its own constants."""
+    if self.lr_schedule is None:
+      return super().apply_gradients(grads=grads, **kwargs)
+    updates, opt_state = self.tx.update(grads, self.opt_state, self.params, lr_schedule=self.lr_schedule)
+    return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates), opt_state=opt_state,
+                        **kwargs)
 
 
 def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> optax.Schedule:
   """PyTorch StepLR stepped once per epoch: lr = base_lr * gamma^(epoch // decay_epochs),
   epoch = step // steps_per_epoch (docs/SPEC.md §11.2: KITTI decays every 5 epochs, NYU every 3)."""
   return optax.exponential_decay(base_lr, steps_per_epoch * decay_epochs, gamma, staircase=True)
+
+
+def step_lr_values(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> dict[str, Array]:
+  """`step_lr_schedule`'s settings as arrays, for a TrainState's `lr_schedule` (`make_step_lr_optimizer`)."""
+  return {"init_value": jnp.float32(base_lr), "transition_steps": jnp.int32(steps_per_epoch * decay_epochs),
+          "decay_rate": jnp.float32(gamma)}
+
+
+def _scale_by_step_lr() -> optax.GradientTransformationExtraArgs:
+  """`optax.scale_by_learning_rate(step_lr_schedule(...))` with the schedule's settings passed to `update` as the
+  `lr_schedule` argument (arrays, `step_lr_values`) instead of closed over: the same arithmetic and state
+  (`ScaleByScheduleState`), but a jitted step compiles once for every learning rate and decay."""
+
+  def init(params):
+    del params
+    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+  def update(updates, state, params=None, *, lr_schedule, **extra_args):
+    del params, extra_args
+    count = state.count  # optax.exponential_decay(init_value, transition_steps, decay_rate, staircase=True)
+    p = jnp.floor(count / lr_schedule["transition_steps"])
+    init, rate = lr_schedule["init_value"], lr_schedule["decay_rate"]
+    lr = jnp.where(count <= 0, init, init * jnp.power(rate, p))
+    updates = jax.tree.map(lambda g: jnp.array(-lr, dtype=g.dtype) * g, updates)
+    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def make_step_lr_optimizer(clip_norm: float = 0.0) -> optax.GradientTransformationExtraArgs:
+  """`make_optimizer(step_lr_schedule(...), clip_norm)` whose schedule settings come from the TrainState's
+  `lr_schedule` (`step_lr_values`): the same updates and optimizer state (checkpoints are interchangeable), but
+  the optimizer object depends on `clip_norm` alone, so runs that differ in learning rate, decay or epoch length
+  share one compiled step (the training loop's optimizer)."""
+  adam = optax.chain(optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8), _scale_by_step_lr())
+  return optax.chain(optax.clip_by_global_norm(clip_norm), adam) if clip_norm > 0 else adam
 
 
 def make_optimizer(learning_rate: float | optax.Schedule, clip_norm: float = 0.0) -> optax.GradientTransformation:
@@ -55,14 +103,15 @@ def make_optimizer(learning_rate: float | optax.Schedule, clip_norm: float = 0.0
 
 
 def create_train_state(model: nn.Module, variables: dict[str, Any], tx: optax.GradientTransformation,
-                       dropout_seed: int = 0) -> TrainState:
+                       dropout_seed: int = 0, lr_schedule: dict[str, Array] | None = None) -> TrainState:
   """A TrainState from initial or converted variables ({'params', 'batch_stats'?}); a model with dropout
-  (`model.dropout_rate > 0`, e.g. pncnn_jax.baselines) gets the dropout key of `dropout_seed`."""
+  (`model.dropout_rate > 0`, e.g. pncnn_jax.baselines) gets the dropout key of `dropout_seed`. `lr_schedule`
+  (`step_lr_values`) goes with a `make_step_lr_optimizer` tx."""
   key = None
   if getattr(model, "dropout_rate", 0) > 0:
     key = jax.random.key_data(jax.random.fold_in(jax.random.key(dropout_seed), DROPOUT_STREAM))
   return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
-                           batch_stats=variables.get("batch_stats", {}), dropout_key=key)
+                           batch_stats=variables.get("batch_stats", {}), dropout_key=key, lr_schedule=lr_schedule)
 
 
 DROPOUT_STREAM = 0x64726F70  # folded into the seed's key, so dropout masks never reuse the init's random numbers

@@ -367,3 +367,24 @@ def test_global_norm_and_all_finite_equal_their_per_leaf_forms():
   big = {"x": jnp.full((4,), 3e19, jnp.float32)}  # finite elements whose norm overflows float32
   assert bool(ts.all_finite(big)) and not np.isfinite(float(ts.global_norm(big)))
 
+
+
+def test_the_loops_optimizer_equals_the_closed_over_schedule_and_compiles_once_for_every_lr():
+  """The training loop's optimizer reads the StepLR settings from the state (`ts.make_step_lr_optimizer`): bitwise
+  the updates and state of Adam with the schedule closed over (`ts.make_optimizer(ts.step_lr_schedule(...))`),
+  across two learning-rate drops and with clipping; and one compiled step serves every lr, decay and epoch length
+  (the divergence tests below run lr 1e6 and 1e30 through one program)."""
+  cfg = tiny_config("ncnn", learning_rate=0.003, lr_decay_epochs=1, grad_clip_norm=5.0)
+  loaded = train.init_state(cfg, 2)  # lr 0.003, 3e-4 after 2 steps, 3e-5 after 4
+  closed = loaded.replace(tx=train._schedule_and_tx(cfg, 2)[1], lr_schedule=None)
+  assert jax.tree.structure(closed.opt_state) == jax.tree.structure(loaded.opt_state)  # checkpoints interchange
+  step = jax.jit(lambda s, b: ts.train_step(s, b, loss_name="masked_l1"))
+  for b in _batches(5):
+    loaded, closed = step(loaded, b)[0], step(closed, b)[0]
+  for x, y in zip(jax.tree.leaves(ts.state_to_tree(loaded)), jax.tree.leaves(ts.state_to_tree(closed)), strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  once = jax.jit(lambda s, b: ts.train_step(s, b, loss_name="masked_l1"))
+  for lr, decay, spe in ((0.003, 1, 2), (1e30, 3, 4), (0.5, 2, 7)):
+    once(train.init_state(tiny_config("ncnn", learning_rate=lr, lr_decay_epochs=decay, grad_clip_norm=5.0), spe),
+         _batches(1)[0])
+  assert once._cache_size() == 1  # pylint: disable=protected-access
