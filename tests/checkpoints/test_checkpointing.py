@@ -272,9 +272,11 @@ def test_training_survives_concurrent_readers(tmp_path):
   is complete and restorable."""
   from pncnn_jax.checkpoints import loader  # pylint: disable=g-import-not-at-top
   wd = tmp_path / "wd"
+  # The crops and batches of the suite's other tiny NCNN-Conf-L1 runs (tests/training, tests/test_cli.py): their
+  # compiled step and validation come from the shared compilation cache.
   args = ["train.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={wd}",
-          "--config.data.train_crop_height=16", "--config.data.train_crop_width=32",
-          "--config.data.eval_crop_height=16", "--config.data.eval_crop_width=32",
+          "--config.data.train_crop_height=32", "--config.data.train_crop_width=64",
+          "--config.data.eval_crop_height=32", "--config.data.eval_crop_width=64",
           "--config.data.synthetic_size=8", "--config.data.eval_synthetic_size=2", "--config.eval_batch_size=2",
           "--config.steps_per_epoch=6", "--config.num_epochs=1", "--config.checkpoint_every_steps=1",
           "--config.max_to_keep=2", "--config.num_panels=2", "--config.progress_bar=False"]

@@ -19,8 +19,14 @@ def test_weights_are_shipped():
   assert {"ncnn", "pncnn_masked", "ncnn_conf_l1_masked"} <= set(SHIPPED), SHIPPED
 
 
+@pytest.fixture(scope="module")
+def scene_cache(tmp_path_factory):
+  """One on-disk copy of the check scenes (data/synthetic_cache.py) for every model's check."""
+  return str(tmp_path_factory.mktemp("check_scenes"))
+
+
 @pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_model_matches_its_manifest(name):
+def test_shipped_model_matches_its_manifest(name, scene_cache):
   loaded = loader.load(f"synthetic:{name}")
   variables, manifest = pretrained.load(f"synthetic:{name}")
   assert loaded.variant == manifest["variant"] and loaded.meta["step"] == manifest["step"]
@@ -29,7 +35,7 @@ def test_shipped_model_matches_its_manifest(name):
   model = loaded.build_model()
   assert model.mask_input_confidence == manifest["mask_input_confidence"]
   assert models.count_params(variables["params"]) > 0
-  got = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), loaded.variables)
+  got = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), loaded.variables, cache_dir=scene_cache)
   want = manifest["check"]
   for key in ("mae", "rmse", "imae", "irmse", "ause_pncnn", "ause_gustafsson", "auce", "nll", "auroc_disturbed"):
     if key in want:
