@@ -89,12 +89,6 @@ def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
 
 
 @functools.lru_cache(maxsize=16)
-def _step_lr_optimizer(clip_norm: float):
-  """A single model's optimizer: one object per clip_norm; the schedule's settings live in the TrainState."""
-  return ts.make_step_lr_optimizer(clip_norm)
-
-
-@functools.lru_cache(maxsize=16)
 def _jitted_init(model: models.PNCNN):
   """`models.init_variables(model, key)` jitted once per model (it re-traces on every call)."""
   shape = (1, 16, 16, getattr(model, "input_channels", 1))  # sparse depth: 1 channel; flow (pncnn_jax.flow): C + 1
@@ -107,7 +101,7 @@ def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.Tr
   variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
   lr_schedule = ts.step_lr_values(float(config.learning_rate), int(steps_per_epoch), int(config.lr_decay_epochs),
                                   float(config.lr_decay_factor))
-  state = ts.create_train_state(model, variables, _step_lr_optimizer(float(config.get("grad_clip_norm", 0.0))),
+  state = ts.create_train_state(model, variables, ts.make_step_lr_optimizer(float(config.get("grad_clip_norm", 0.0))),
                                 config.seed, lr_schedule=lr_schedule)
   return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
 

@@ -12,6 +12,7 @@ Batches are dicts of NHWC arrays: `sparse` (B, H, W, 1) input depth in metres (0
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,29 +65,29 @@ def step_lr_values(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamm
 def _scale_by_step_lr() -> optax.GradientTransformationExtraArgs:
   """`optax.scale_by_learning_rate(step_lr_schedule(...))` with the schedule's settings passed to `update` as the
   `lr_schedule` argument (arrays, `step_lr_values`) instead of closed over: the same arithmetic and state
-  (`ScaleByScheduleState`), but a jitted step compiles once for every learning rate and decay."""
+  (`ScaleByScheduleState`), but a jitted step compiles once for every learning rate and decay.
 
-  def init(params):
-    del params
-    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+    lr(count) = init_value * decay_rate ^ floor(count / transition_steps)   (init_value at count 0)
+
+  as `optax.exponential_decay(..., staircase=True)`, whose argument checks need Python numbers, not arrays."""
+
+  def lr(count, s):
+    p = jnp.floor(count / s["transition_steps"])
+    return jnp.where(count <= 0, s["init_value"], s["init_value"] * jnp.power(s["decay_rate"], p))
 
   def update(updates, state, params=None, *, lr_schedule, **extra_args):
-    del params, extra_args
-    count = state.count  # optax.exponential_decay(init_value, transition_steps, decay_rate, staircase=True)
-    p = jnp.floor(count / lr_schedule["transition_steps"])
-    init, rate = lr_schedule["init_value"], lr_schedule["decay_rate"]
-    lr = jnp.where(count <= 0, init, init * jnp.power(rate, p))
-    updates = jax.tree.map(lambda g: jnp.array(-lr, dtype=g.dtype) * g, updates)
-    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+    del extra_args
+    return optax.scale_by_learning_rate(lambda count: lr(count, lr_schedule)).update(updates, state, params)
 
-  return optax.GradientTransformationExtraArgs(init, update)
+  return optax.GradientTransformationExtraArgs(optax.scale_by_learning_rate(lambda count: 0.0).init, update)
 
 
+@functools.lru_cache(maxsize=8)
 def make_step_lr_optimizer(clip_norm: float = 0.0) -> optax.GradientTransformationExtraArgs:
   """`make_optimizer(step_lr_schedule(...), clip_norm)` whose schedule settings come from the TrainState's
   `lr_schedule` (`step_lr_values`): the same updates and optimizer state (checkpoints are interchangeable), but
-  the optimizer object depends on `clip_norm` alone, so runs that differ in learning rate, decay or epoch length
-  share one compiled step (the training loop's optimizer)."""
+  one optimizer object per `clip_norm` (cached), so runs that differ in learning rate, decay or epoch length share
+  one compiled step (the training loop's optimizer)."""
   adam = optax.chain(optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8), _scale_by_step_lr())
   return optax.chain(optax.clip_by_global_norm(clip_norm), adam) if clip_norm > 0 else adam
 
