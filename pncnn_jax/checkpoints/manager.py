@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import math
@@ -150,12 +151,39 @@ def _check_metadata(metadata: Any, what: str) -> dict[str, Any]:
   return dict(metadata)
 
 
+class _StateHandler(ocp.StandardCheckpointHandler):
+  """orbax's StandardCheckpointHandler (the same files, metadata and handler name), saving every jax.Array from one
+  replica instead of replica-parallel.
+
+  Replica-parallel saving, orbax's default on CPU and TPU (off on GPU), splits each replicated array among its
+  devices: every array shape costs an eagerly compiled slice program on a process's first save (30 programs, ~1 s
+  for an NCNN-Conf state on 2 host devices, then ~0.2 s a save), for states of a few MB where there is nothing to
+  parallelise. tests/checkpoints/test_checkpointing.py checks that a save compiles nothing and that stock orbax
+  reads what this writes."""
+
+  def __init__(self):
+    super().__init__()
+    arrays = copy.copy(ocp.type_handlers.get_type_handler(jax.Array))  # orbax's settings (metadata store, ...)
+    arrays._use_replica_parallel = False  # pylint: disable=protected-access  (no public switch in orbax 0.12)
+    registry = ocp.type_handlers.create_type_handler_registry(*(
+        (ty, arrays if ty is jax.Array else ocp.type_handlers.get_type_handler(ty))
+        for ty in ocp.type_handlers.supported_types()))
+    # The PyTreeCheckpointHandler the parent builds (its default arguments), with this registry: the parent takes
+    # no registry argument.
+    self._impl = ocp.PyTreeCheckpointHandler(save_concurrent_gb=96, restore_concurrent_gb=96,
+                                             type_handler_registry=registry)
+
+  @classmethod
+  def typestr(cls) -> str:
+    return ocp.StandardCheckpointHandler.typestr()  # recorded in each step: readers need no pncnn_jax
+
+
 def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
   """The items of a training step and their handlers: STATE_ITEM a pytree of arrays (StandardSave/Restore),
   META_ITEM JSON. Registered up front (orbax's current API; `item_names=` is deprecated) so that a reader that
   has saved nothing can still read a step's tree metadata."""
   registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
-  state, meta = ocp.StandardCheckpointHandler(), ocp.JsonCheckpointHandler()
+  state, meta = _StateHandler(), ocp.JsonCheckpointHandler()
   for item, handler, arg_types in ((STATE_ITEM, state, (ocp.args.StandardSave, ocp.args.StandardRestore)),
                                    (META_ITEM, meta, (ocp.args.JsonSave, ocp.args.JsonRestore))):
     for arg_type in arg_types:

@@ -1,5 +1,6 @@
 """pncnn_jax.checkpoints.manager: retention (latest N + best RMSE), resume after a crash, sharded restore, errors."""
 
+import json
 import os
 import re
 import subprocess
@@ -9,6 +10,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -157,6 +159,36 @@ def test_restore_onto_replicated_sharding(tmp_path, n_devices):
   for leaf, ref in zip(jax.tree.leaves(state), jax.tree.leaves(make_state(1.5))):
     assert leaf.sharding == replicated and leaf.dtype == ref.dtype
     np.testing.assert_array_equal(np.asarray(leaf), np.asarray(ref))
+
+
+def test_a_replicated_save_compiles_nothing_and_stock_orbax_reads_it(tmp_path):
+  """The state handler saves replicated arrays from one replica (`manager._StateHandler`): orbax's replica-parallel
+  default compiled a slice program per array shape on each process's first save (30 for an NCNN-Conf state, ~1 s).
+  What it writes is what stock orbax writes: the step names orbax's own handlers, and stock orbax restores it."""
+  mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
+  state = jax.device_put(make_state(3.0), NamedSharding(mesh, PartitionSpec()))
+  state["params"]["v"] = jax.device_put(jnp.arange(10.0).reshape(5, 2), NamedSharding(mesh, PartitionSpec()))
+  compiles = []
+
+  def listen(event, secs, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(secs)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    with checkpointing.Checkpointer(tmp_path / "run", async_save=False) as ckpt:
+      ckpt.save(1, state, {"epoch": 1})
+      ckpt.wait()
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+  assert compiles == []
+  step_dir = tmp_path / "run" / "checkpoints" / "1"
+  handlers = json.loads((step_dir / "_CHECKPOINT_METADATA").read_text())["item_handlers"]
+  assert handlers == {checkpointing.STATE_ITEM: ocp.PyTreeCheckpointHandler.typestr(),  # as stock orbax records
+                      checkpointing.META_ITEM: ocp.JsonCheckpointHandler.typestr()}
+  restored = ocp.StandardCheckpointer().restore(step_dir / checkpointing.STATE_ITEM)
+  for (path, want), got in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(restored)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
 
 
 def test_model_variables_round_trip(shared_dir, tmp_path):
