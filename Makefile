@@ -10,20 +10,20 @@ PYTEST_ARGS ?=
 .PHONY: venv lint docs test demo bench clean onnx
 
 # The extras a new .venv gets; `make onnx` adds its own, so that a fresh venv is one pip run (5 s less than two).
-EXTRAS ?= test,docs
+VENV_EXTRAS ?= test,docs
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.11 found (set PYTHON=...)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
-	echo '$(EXTRAS)' > $@
+	$(PY) -m pip install -q -e '.[$(VENV_EXTRAS)]'
+	echo '$(VENV_EXTRAS)' > $@
 
 venv: $(VENV)/.installed
 
 # The ONNX route of `python -m pncnn_jax.export` (docs/deploy/export.md): the `onnx` extra, then jax2onnx without
 # its dependencies (it pins an orbax-checkpoint older than ours, which its converter does not use; pyproject.toml).
-onnx: EXTRAS = test,docs,onnx
+onnx: VENV_EXTRAS = test,docs,onnx
 onnx: venv
 	grep -q onnx $(VENV)/.installed || $(PY) -m pip install -q -e '.[onnx]'
 	$(PY) -m pip install -q --no-deps jax2onnx==0.17.1
