@@ -12,9 +12,11 @@ import os
 import pathlib
 import sys
 
-if __name__ == "__main__":  # first thing: the re-execution then costs an interpreter start, not absl's and the
-  from pncnn_jax.runtime import hostmem  # configs' imports (~0.35 s); 2 MiB pages for XLA's per-step buffers (see
-  hostmem.reexec_with_hugepages()  # pncnn_jax/runtime/hostmem.py; it imports only the standard library)
+# 2 MiB pages for XLA's per-step buffers (pncnn_jax/runtime/hostmem.py, standard library only): the re-execution comes
+# first, so that it costs an interpreter start and not absl's and the configs' imports (~0.35 s).
+if __name__ == "__main__":
+  from pncnn_jax.runtime import hostmem
+  hostmem.reexec_with_hugepages()
 
 from absl import app, flags
 from absl import logging as absl_logging

@@ -83,9 +83,17 @@ def _schedule_and_optimizer(lr: float, spe: int, decay_epochs: int, factor: floa
   return schedule, ts.make_optimizer(schedule, clip_norm)
 
 
+def _schedule_settings(config: ml_collections.ConfigDict, spe: int) -> tuple[float, int, int, float]:
+  """The StepLR settings of `config` as Python numbers: (lr, steps per epoch, decay epochs, decay factor)."""
+  return float(config.learning_rate), int(spe), int(config.lr_decay_epochs), float(config.lr_decay_factor)
+
+
+def _clip_norm(config: ml_collections.ConfigDict) -> float:
+  return float(config.get("grad_clip_norm", 0.0))
+
+
 def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
-  return _schedule_and_optimizer(float(config.learning_rate), int(spe), int(config.lr_decay_epochs),
-                                 float(config.lr_decay_factor), float(config.get("grad_clip_norm", 0.0)))
+  return _schedule_and_optimizer(*_schedule_settings(config, spe), _clip_norm(config))
 
 
 @functools.lru_cache(maxsize=16)
@@ -99,10 +107,8 @@ def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.Tr
   """The initial TrainState of a single model (params from `config.seed`, Adam with the StepLR schedule)."""
   model = from_config.build_model(config)
   variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
-  lr_schedule = ts.step_lr_values(float(config.learning_rate), int(steps_per_epoch), int(config.lr_decay_epochs),
-                                  float(config.lr_decay_factor))
-  state = ts.create_train_state(model, variables, ts.make_step_lr_optimizer(float(config.get("grad_clip_norm", 0.0))),
-                                config.seed, lr_schedule=lr_schedule)
+  state = ts.create_train_state(model, variables, ts.make_step_lr_optimizer(_clip_norm(config)), config.seed,
+                                lr_schedule=ts.step_lr_values(*_schedule_settings(config, steps_per_epoch)))
   return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
 
 
