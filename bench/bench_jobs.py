@@ -41,8 +41,11 @@ def core_slices(jobs: int) -> list[list[int]] | None:
   return [cores[i * len(cores) // jobs:(i + 1) * len(cores) // jobs] for i in range(jobs)]
 
 
-def worker(run_name: str, steps: int) -> dict[str, float]:
-  """Steps per second of `run_name`'s training step in this process (pinned by its parent, if at all)."""
+def worker(run_name: str, steps: int, members: int = 0) -> dict[str, float]:
+  """Steps per second of `run_name`'s training step in this process (pinned by its parent, if at all); with
+  `members` K > 0, of its K-member ensemble trained as one vmapped step (each step trains K members)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -50,7 +53,8 @@ def worker(run_name: str, steps: int) -> dict[str, float]:
   from pncnn_jax.data import synthetic  # pylint: disable=g-import-not-at-top
   from pncnn_jax.experiments import runs as paper  # pylint: disable=g-import-not-at-top
   from pncnn_jax.training import loop as train  # pylint: disable=g-import-not-at-top
-  cfg = paper.run_config(paper.RUNS_BY_NAME[run_name], "long")
+  run = paper.RUNS_BY_NAME[run_name]
+  cfg = paper.run_config(dataclasses.replace(run, members=members) if members else run, "long")
   h, w, b = cfg.data.train_crop_height, cfg.data.train_crop_width, cfg.batch_size
   full = synthetic.SyntheticConfig()  # centre-bottom windows of full frames, as the recipe's centre crops
   window = (full.height - h, (full.width - w) // 2, h, w)
@@ -58,9 +62,15 @@ def worker(run_name: str, steps: int) -> dict[str, float]:
   batch = {"sparse": np.stack([s["sparse"] for s in scenes]).astype(np.float32),
            "target": np.stack([s["target"] for s in scenes]).astype(np.float32)}
   mesh = train.make_mesh()
-  step = train.make_train_step(from_config.variant_loss(cfg), mesh)
-  state = train.init_state(cfg, cfg.steps_per_epoch)
-  batch = train.shard_batch(batch, mesh)
+  if members:
+    batch = {k: np.stack([v] * members) for k, v in batch.items()}  # (K, B, H, W, 1)
+    step = train.make_ensemble_train_step(from_config.variant_loss(cfg), mesh)
+    state = train.init_ensemble_state(cfg, cfg.steps_per_epoch)
+    batch = train.shard_batch(batch, mesh, batch_axis=1)
+  else:
+    step = train.make_train_step(from_config.variant_loss(cfg), mesh)
+    state = train.init_state(cfg, cfg.steps_per_epoch)
+    batch = train.shard_batch(batch, mesh)
   for _ in range(3):
     state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
@@ -71,11 +81,12 @@ def worker(run_name: str, steps: int) -> dict[str, float]:
   return {"steps_per_sec": steps / (time.perf_counter() - t), "cores": len(os.sched_getaffinity(0))}
 
 
-def _spawn(run_name: str, steps: int, cores: list[int] | None) -> subprocess.Popen:
+def _spawn(run_name: str, steps: int, cores: list[int] | None, members: int = 0) -> subprocess.Popen:
   env = dict(os.environ)
   if cores is not None:
     env[PIN] = ",".join(map(str, cores))
-  return subprocess.Popen([sys.executable, __file__, "--worker", run_name, "--steps", str(steps)], env=env,
+  return subprocess.Popen([sys.executable, __file__, "--worker", run_name, "--steps", str(steps),
+                           "--members", str(members)], env=env,
                           stdout=subprocess.PIPE, text=True, cwd=REPO)
 
 
@@ -96,12 +107,14 @@ def main() -> None:
                       help="comma-separated run names (pncnn_jax.experiments.runs)")
   parser.add_argument("--steps", type=int, default=120, help="timed steps per worker")
   parser.add_argument("--jobs", type=int, default=2, help="workers at once in settings B and C")
+  parser.add_argument("--members", type=int, default=0, help="also time each run's K-member ensemble trained as "
+                      "one vmapped step (setting V), against K single runs")
   parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.worker:
     if os.environ.get(PIN):
       os.sched_setaffinity(0, [int(c) for c in os.environ[PIN].split(",")])  # before JAX starts its threads
-    print(json.dumps(worker(args.worker, args.steps)))
+    print(json.dumps(worker(args.worker, args.steps, args.members)))
     return
   import jax  # pylint: disable=g-import-not-at-top
   slices = core_slices(args.jobs)
@@ -117,7 +130,11 @@ def main() -> None:
       total = sum(m["steps_per_sec"] for m in many)
       cells.append(" + ".join(f"{m['steps_per_sec']:.2f}" for m in many)
                    + f" = {total:.2f} ({total / one['steps_per_sec']:.2f}x)")
-    rows.append(f"| `{run}` | {one['steps_per_sec']:.2f} | {cells[0]} | {cells[1]} |")
+    if args.members:
+      (vm,) = _collect([_spawn(run, args.steps, None, args.members)])
+      member_steps = args.members * vm["steps_per_sec"]
+      cells.append(f"{member_steps:.2f} ({member_steps / one['steps_per_sec']:.2f}x)")
+    rows.append(f"| `{run}` | {one['steps_per_sec']:.2f} | " + " | ".join(cells) + " |")
     print(rows[-1], flush=True)
   section = "\n".join([
       "## Several runs at once on CPU: `reproduce --jobs` (bench/bench_jobs.py)", "",
@@ -128,10 +145,13 @@ def main() -> None:
       "batch. A: one run on all cores. B: "
       f"{args.jobs} runs at once, pinned to the core slices {' and '.join(str(s) for s in slices)}. C: the same "
       "runs at once, unpinned.", "",
-      "| run | A: steps/s | B (pinned): steps/s per run = total (against A) | C (unpinned): the same |",
-      "|---|---|---|---|", *rows, "",
+      "| run | A: steps/s | B (pinned): steps/s per run = total (against A) | C (unpinned): the same |"
+      + (f" V: {args.members} members vmapped, member-steps/s (against A) |" if args.members else ""),
+      "|---|---|---|---|" + ("---|" if args.members else ""), *rows, "",
       "C / A is what `reproduce --jobs N` gains in training steps per second over training the runs one after "
-      "another; B / A is what pinning each run to its own cores would give instead."])
+      "another; B / A is what pinning each run to its own cores would give instead"
+      + (f"; V / A is what training {args.members} ensemble members as one vmapped run gives (member-steps: one "
+         f"step of it trains {args.members} members)." if args.members else ".")])
   print(section)
   if args.output:
     import bench_forward  # pylint: disable=g-import-not-at-top  (this script's folder is on sys.path)

@@ -9,7 +9,8 @@ docs/RESULTS_BASELINES.md (`pncnn_jax.experiments.pages.baselines`). Every step 
 What it measures, on the held-out test scenes of the recipe (those of the pNCNN runs):
   MC-Dropout   s2d_mcdropout with M = 1, 2, 4, 8, 16, 32 stochastic passes (one vmapped call of 32 per frame; M
                uses the first M, `baselines.predictive.evaluate_prefixes`)
-  ensembles    the first M = 1, 2, 4, 8 members of s2d_ensemble8
+  ensembles    the first M = 1, 2, 4, 8 of the member runs s2d_seed0..7 (`--only s2d_ensemble8` names them all);
+               with fewer finished, the sizes they allow
   pNCNN family the official pNCNN, pNCNN-Exp, the recommended shipped pNCNN and NCNN-Conf-L1: this workdir's runs
                when finished, else their shipped weights when those were trained at this scale
 with one evaluation code for all of them: MAE, RMSE [mm], AUSE under the three normalisations of
@@ -75,18 +76,35 @@ def evaluate_mc_dropout(workdir: pathlib.Path, scale: str, cache_dir: str) -> di
               "config", {}).get("learning_rate"), **_train_time(workdir, run)}
 
 
+def finished_members(workdir: pathlib.Path, scale: str) -> list[paper.Run]:
+  """The leading finished runs of `paper.BASELINE_MEMBERS` (an ensemble of M is the first M members)."""
+  done = []
+  for run in paper.BASELINE_MEMBERS:
+    if not paper.finished(workdir, run, scale):
+      break
+    done.append(run)
+  return done
+
+
 def evaluate_ensembles(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str, Any]:
-  """The first M members of s2d_ensemble8 on the test scenes, for every M of `predictive.ENSEMBLE_M`."""
-  run = paper.BASELINE_ENSEMBLE
-  variables, metas = ensemble.load_ensemble([paper.run_dir(workdir, run)], step="latest")
-  config = paper.run_config(run, scale)
+  """The first M finished member runs on the test scenes, for every M of `predictive.ENSEMBLE_M` that many
+  members allow."""
+  members = finished_members(workdir, scale)
+  ms = [m for m in predictive.ENSEMBLE_M if m <= len(members)]
+  if not ms:
+    raise ValueError(f"no ensemble member is finished in {workdir} ({paper.BASELINE_MEMBERS[0].name} first)")
+  members = members[:ms[-1]]
+  variables, metas = ensemble.load_ensemble([paper.run_dir(workdir, r) for r in members], step="latest")
+  config = paper.run_config(members[0], scale)
   model, loss = from_config.build_model(config), from_config.variant_loss(config)
   fn = predictive.make_members_fn(model, loss, "ensemble")
-  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), results.heldout_batches(scale, cache_dir, 2),
-                                      predictive.ENSEMBLE_M)
+  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), results.heldout_batches(scale, cache_dir, 2), ms)
   per_member = models.count_params(jax.tree.map(lambda a: a[0], variables["params"]))
-  return {"name": run.name, "rows": _prefix_rows(rows), "step": metas[0].get("step"), "params": per_member,
-          "learning_rate": metas[0].get("config", {}).get("learning_rate"), **_train_time(workdir, run)}
+  walls = [_train_time(workdir, r)["train_wall_s"] for r in members]
+  return {"name": paper.BASELINE_ENSEMBLE, "members": [r.name for r in members], "rows": _prefix_rows(rows),
+          "step": metas[0].get("step"), "params": per_member,
+          "learning_rate": metas[0].get("config", {}).get("learning_rate"),
+          "train_wall_s": sum(walls) if all(w is not None for w in walls) else None}
 
 
 def _train_time(workdir: pathlib.Path, run: paper.Run) -> dict[str, Any]:
@@ -198,15 +216,17 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
       return results.cached(path, fresh_after, compute)
     return json.loads(path.read_text()) if path.exists() else None
 
-  for run, key, compute in ((paper.BASELINE_MC, "mc_dropout", evaluate_mc_dropout),
-                            (paper.BASELINE_ENSEMBLE, "ensemble", evaluate_ensembles)):
-    if not paper.finished(workdir, run, scale):
-      out["missing"].append(run.name)
+  members = finished_members(workdir, scale)
+  out["missing"] += [r.name for r in paper.BASELINE_MEMBERS[len(members):]]
+  for runs, name, key, compute in (([paper.BASELINE_MC], paper.BASELINE_MC.name, "mc_dropout", evaluate_mc_dropout),
+                                   (members, paper.BASELINE_ENSEMBLE, "ensemble", evaluate_ensembles)):
+    if not runs or not paper.finished(workdir, runs[0], scale):
+      out["missing"].append(name)
       continue
-    value = get(workdir / "eval" / f"{run.name}.json", results._last_checkpoint_time(workdir, run),
+    value = get(workdir / "eval" / f"{name}.json", max(results._last_checkpoint_time(workdir, r) for r in runs),
                 lambda compute=compute: compute(workdir, scale, cache_dir))
     if value is None:
-      out["missing"].append(run.name)
+      out["missing"].append(name)
     else:
       out["baselines"][key] = value
   for name, label in FAMILY:

@@ -137,7 +137,8 @@ def _record_device(rundir: pathlib.Path) -> None:
 
 
 class WallClock:
-  """Adds this sitting's wall time to <run>/wall_time.json ({"seconds", "sittings"}: a run may span several).
+  """Adds this sitting's wall time and this process's CPU time (user + system, all its threads) to
+  <run>/wall_time.json ({"seconds", "cpu_seconds", "sittings"}: a run may span several).
 
   The file is rewritten (atomically) every `every` seconds while the run trains, and at the end however it ends,
   so a sitting whose process is killed with its machine keeps its time up to the last tick.
@@ -148,7 +149,9 @@ class WallClock:
     self._stop = threading.Event()
 
   def _write(self) -> None:
-    value = {"seconds": self._prior["seconds"] + time.time() - self._t0, "sittings": self._prior["sittings"] + 1}
+    value = {"seconds": self._prior["seconds"] + time.time() - self._t0,
+             "cpu_seconds": self._prior.get("cpu_seconds", 0.0) + time.process_time() - self._cpu0,
+             "sittings": self._prior["sittings"] + 1}
     tmp = self.path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value) + "\n")
     tmp.replace(self.path)
@@ -160,7 +163,7 @@ class WallClock:
   def __enter__(self) -> "WallClock":
     self.path.parent.mkdir(parents=True, exist_ok=True)
     self._prior = json.loads(self.path.read_text()) if self.path.exists() else {"seconds": 0.0, "sittings": 0}
-    self._t0 = time.time()
+    self._t0, self._cpu0 = time.time(), time.process_time()
     self._thread = threading.Thread(target=self._tick, daemon=True)
     self._thread.start()
     return self

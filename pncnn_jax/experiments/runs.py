@@ -51,7 +51,7 @@ class Run:
   learning_rate: float = 0.0  # 0: the scale's; else the lr before the scale's drop (our recipe option);
   # BASELINE_LR_FROM_SWEEP: the best learning rate of the baseline sweep (`baseline_learning_rate`)
   grad_clip_norm: float = 0.0  # 0: plain Adam; else config.grad_clip_norm (our recipe option)
-  members: int = 0  # > 0: an ensemble of this many members trained in one vmapped step (the baselines)
+  members: int = 0  # > 0: an ensemble of this many members trained in one vmapped step (bench/bench_jobs.py)
 
 
 # In training order: the models the claims need first, the official (unmasked) forms next, then the extra
@@ -110,18 +110,24 @@ RUNS: tuple[Run, ...] = (
 )
 # The conventional baselines of the paper's headline comparison (pncnn_jax.baselines; docs/RESULTS_BASELINES.md):
 # trained only when named (--only), never by a plain `reproduce`. The Sparse-to-Dense network with dropout p = 0.5
-# (MC-Dropout), and 8 members without dropout in one vmapped run (deep ensembles of M = 1, 2, 4, 8: its first M
-# members; member k from seed k, on its own data order). Their learning rate is the best of BASELINE_SWEEP_LRS on a
-# short run (`sweep_recipe`), judged by the validation RMSE; Gustafsson et al.'s own setting (Adam, lr 1e-5, weight
-# decay 5e-4, 40000 steps of batch 4 at 352x352) is 8x the long recipe's steps, too slow a rate for 5000.
+# (MC-Dropout), and 8 runs without dropout that differ only in their seed (deep ensembles of M = 1, 2, 4, 8: the
+# first M of them; member k from seed k, its own initialisation and data order). The members train as single-model
+# runs, one process each under --jobs, not as one vmapped ensemble run: on 2 CPU cores two runs at once train 3.6-4.0
+# member steps/s against 1.6 for a vmapped 2-member run (bench/bench_jobs.py --members 2, docs/BENCHMARKS.md).
+# Their learning rate is the best of BASELINE_SWEEP_LRS on a short run (`sweep_recipe`), judged by the validation
+# RMSE; Gustafsson et al.'s own setting (Adam, lr 1e-5, weight decay 5e-4, 40000 steps of batch 4 at 352x352) is 8x
+# the long recipe's steps, too slow a rate for 5000.
 BASELINE_LR_FROM_SWEEP = -1.0
 BASELINE_SWEEP_LRS = (1e-3, 3e-4, 1e-4)
 BASELINE_SWEEP = tuple(Run(f"s2d_lr{lr:.0e}".replace("e-0", "e-"), "s2d", group="baseline_sweep", learning_rate=lr)
                        for lr in BASELINE_SWEEP_LRS)
 BASELINE_MC = Run("s2d_mcdropout", "s2d_mcdropout", group="baseline", learning_rate=BASELINE_LR_FROM_SWEEP)
-BASELINE_ENSEMBLE = Run("s2d_ensemble8", "s2d", group="baseline", learning_rate=BASELINE_LR_FROM_SWEEP, members=8)
-BASELINES: tuple[Run, ...] = (*BASELINE_SWEEP, BASELINE_MC, BASELINE_ENSEMBLE)
+BASELINE_MEMBERS = tuple(Run(f"s2d_seed{k}", "s2d", seed=k, group="baseline", learning_rate=BASELINE_LR_FROM_SWEEP)
+                         for k in range(8))
+BASELINE_ENSEMBLE = "s2d_ensemble8"  # in --only: every run of BASELINE_MEMBERS
+BASELINES: tuple[Run, ...] = (*BASELINE_SWEEP, BASELINE_MC, *BASELINE_MEMBERS)
 RUNS_BY_NAME = {r.name: r for r in RUNS + BASELINES}
+RUN_GROUPS = {BASELINE_ENSEMBLE: BASELINE_MEMBERS}  # names that --only expands into several runs
 # The ensemble of the fusion table: four pNCNN (masked c0) runs that differ only in their seed.
 ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")
 # Runs of one recipe that differ only in their seed, keyed by the seed-0 run the claims use: their spread is what
@@ -301,15 +307,19 @@ SCALE_RUNS: dict[str, tuple[str, ...]] = {"longer": ("ncnn_conf_l2", "pncnn_mask
 
 
 def select(only: str | None, scale: str | None = None) -> list[Run]:
-  """The runs named in a comma-separated list; for an empty one, those of SCALE_RUNS[scale] (all of them when the
+  """The runs named in a comma-separated list (a name of RUN_GROUPS stands for its runs); for an empty one, those of
+  SCALE_RUNS[scale] (all of them when the
   scale has no such entry)."""
   if not only:
     return [RUNS_BY_NAME[n] for n in SCALE_RUNS[scale]] if scale in SCALE_RUNS else list(RUNS)
   names = [n for n in only.split(",") if n]
-  unknown = [n for n in names if n not in RUNS_BY_NAME]
+  unknown = [n for n in names if n not in RUNS_BY_NAME and n not in RUN_GROUPS]
   if unknown:
-    raise ValueError(f"--only: unknown run(s) {unknown}; known: {', '.join(RUNS_BY_NAME)}")
-  return [RUNS_BY_NAME[n] for n in names]
+    raise ValueError(f"--only: unknown run(s) {unknown}; known: {', '.join([*RUNS_BY_NAME, *RUN_GROUPS])}")
+  out: list[Run] = []
+  for n in names:
+    out += [r for r in RUN_GROUPS.get(n, (RUNS_BY_NAME.get(n),)) if r not in out]
+  return out
 
 
 def apply_recipe(config: ml_collections.ConfigDict, recipe: Mapping[str, Any]) -> None:

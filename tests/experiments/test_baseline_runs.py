@@ -14,13 +14,16 @@ from pncnn_jax.experiments.pages import baselines as page
 
 def test_baseline_runs_and_their_configs(tmp_path):
   assert paper.select("", "long") == list(paper.RUNS)  # a plain reproduce never trains the baselines
-  assert [r.name for r in paper.select("s2d_mcdropout,s2d_ensemble8")] == ["s2d_mcdropout", "s2d_ensemble8"]
+  members = [f"s2d_seed{k}" for k in range(8)]  # the ensemble's members are runs of their own
+  assert [r.name for r in paper.select("s2d_mcdropout,s2d_ensemble8")] == ["s2d_mcdropout", *members]
+  assert [r.name for r in paper.select("s2d_seed1,s2d_ensemble8")] == ["s2d_seed1", "s2d_seed0", *members[2:]]
   mc = paper.run_config(paper.BASELINE_MC, "long")
   assert from_config.build_model(mc).dropout_rate == 0.5 and from_config.variant_loss(mc) == "gaussian_nll_logvar"
   assert (mc.batch_size, mc.data.train_crop_height, mc.data.train_crop_width) == (4, 64, 320)
-  ens = paper.run_config(paper.BASELINE_ENSEMBLE, "long")
-  assert ens.ensemble.num_members == 8 and from_config.member_seeds(ens) == list(range(8))
-  assert ens.ensemble.subset_fraction == 1.0  # each member its own order over all scenes
+  for k, run in enumerate(paper.BASELINE_MEMBERS):  # member k: seed k (its init and data order), all scenes
+    member = paper.run_config(run, "long")
+    assert member.seed == k and member.variant == "s2d" and "ensemble" not in member
+    assert from_config.build_model(member).dropout_rate == 0.0
   sweep = paper.run_config(paper.BASELINE_SWEEP[0], "long")
   assert sweep.learning_rate == 1e-3 and sweep.num_epochs == 4 and sweep.lr_decay_epochs > sweep.num_epochs
   with pytest.raises(ValueError, match="train them first"):
@@ -40,14 +43,21 @@ def test_the_sweep_picks_the_lowest_validation_rmse(tmp_path):
     _finish(tmp_path, run, "smoke", rmse)
   choice = paper.baseline_learning_rate(tmp_path, "smoke")
   assert choice["learning_rate"] == 3e-4 and json.loads((tmp_path / paper.BASELINE_LR_FILE).read_text()) == choice
-  assert paper.run_config(paper.BASELINE_ENSEMBLE, "smoke", workdir=tmp_path).learning_rate == 3e-4
+  assert paper.run_config(paper.BASELINE_MEMBERS[5], "smoke", workdir=tmp_path).learning_rate == 3e-4
 
 
 def test_the_sweep_trains_before_the_runs_that_need_it(tmp_path, monkeypatch):
   phases = []
   monkeypatch.setattr(reproduce, "_train_phase", lambda wd, scale, runs, jobs: phases.append([r.name for r in runs]))
-  reproduce.train_runs(tmp_path, "smoke", [paper.BASELINE_ENSEMBLE], jobs=2)
-  assert phases == [[r.name for r in paper.BASELINE_SWEEP], ["s2d_ensemble8"]]
+  reproduce.train_runs(tmp_path, "smoke", paper.select("s2d_ensemble8"), jobs=2)
+  assert phases == [[r.name for r in paper.BASELINE_SWEEP], [r.name for r in paper.BASELINE_MEMBERS]]
+
+
+def test_an_ensemble_is_its_leading_finished_members(tmp_path):
+  assert lib.finished_members(tmp_path, "smoke") == []
+  for k in (0, 1, 3):  # seed 2 not finished: the ensemble is seeds 0 and 1
+    _finish(tmp_path, paper.BASELINE_MEMBERS[k], "smoke", 1000.0)
+  assert [r.name for r in lib.finished_members(tmp_path, "smoke")] == ["s2d_seed0", "s2d_seed1"]
 
 
 def _row(rmse, ause):

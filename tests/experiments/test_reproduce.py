@@ -24,12 +24,16 @@ def test_wall_clock_keeps_a_killed_sittings_time_and_adds_sittings(tmp_path):
   first = json.loads(path.read_text())
   assert during["sittings"] == first["sittings"] == 1 and 0.05 <= during["seconds"] <= first["seconds"]
   assert 0.3 <= first["seconds"] < 10
+  assert 0.0 <= first["cpu_seconds"] < 0.25  # it slept: its CPU time is not its wall time
   with pytest.raises(RuntimeError):
     with reproduce.WallClock(tmp_path / "run", every=10.0):
-      time.sleep(0.1)
+      busy = time.process_time() + 0.2
+      while time.process_time() < busy:  # this process's CPU time, whatever the machine's load
+        pass
       raise RuntimeError("training failed")
   second = json.loads(path.read_text())
-  assert second["sittings"] == 2 and 0.1 <= second["seconds"] - first["seconds"] < 10
+  assert second["sittings"] == 2 and 0.2 <= second["seconds"] - first["seconds"] < 10
+  assert 0.2 <= second["cpu_seconds"] - first["cpu_seconds"] < 10
   assert sorted(p.name for p in path.parent.iterdir()) == ["wall_time.json"]  # no temporary file left
 
 
