@@ -64,16 +64,16 @@ def main(argv):
   if not _WORKDIR.value and not _OUTPUT.value:
     raise app.UsageError("give --workdir or --output (where the reports go)")
   if "ensemble" in _CONFIG.value:  # members and fusion rules side by side (paper Table 3)
-    from pncnn_jax.ensemble import members as ensemble  # pylint: disable=g-import-not-at-top
+    from pncnn_jax.ensemble import members as ensemble_members  # pylint: disable=g-import-not-at-top
     try:
       members = [c.strip() for c in _CHECKPOINT.value.split(",")]  # K checkpoints, or a step of --workdir
-      rows = ensemble.evaluate_ensemble_config(_CONFIG.value, members if len(members) > 1 else _WORKDIR.value,
+      rows = ensemble_members.evaluate_ensemble_config(_CONFIG.value, members if len(members) > 1 else _WORKDIR.value,
                                               _CHECKPOINT.value, allow_mismatch=_ALLOW_MISMATCH.value)
     except (ValueError, FileNotFoundError) as e:
       _fail(e, 2)
     print(evaluate.format_table(rows, _CONFIG.value.metrics, header="member / fusion"))
     if _OUTPUT.value:  # the table and its numbers, as training writes them into an ensemble's workdir
-      ensemble.write_ensemble_eval(rows, pathlib.Path(_OUTPUT.value), _CONFIG.value.metrics)
+      ensemble_members.write_ensemble_eval(rows, pathlib.Path(_OUTPUT.value), _CONFIG.value.metrics)
       print(f"wrote {_OUTPUT.value}/ensemble_eval.md and ensemble_eval.json")
     return
   try:

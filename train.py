@@ -47,10 +47,10 @@ def main(argv):
   import jax  # pylint: disable=g-import-not-at-top
 
   from pncnn_jax import evaluate  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.training import loop as train  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import loop  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
   try:
-    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, allow_fallback=_ALLOW_FALLBACK.value)
+    summary = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, allow_fallback=_ALLOW_FALLBACK.value)
   except FloatingPointError as e:  # a diverged run: no traceback
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # a setting out of range (ConfigError), data not built

@@ -60,7 +60,7 @@ def child(kernel: str, what: str, variant: str, batch: int, height: int, width: 
   import numpy as np
 
   from pncnn_jax import from_config
-  from pncnn_jax.training import step as ts
+  from pncnn_jax.training import step as training_step
   jax.config.update("jax_enable_compilation_cache", False)
   _set_kernel(kernel)
   config = from_config.load_config(f"configs/synthetic.py:{variant}")
@@ -70,10 +70,10 @@ def child(kernel: str, what: str, variant: str, batch: int, height: int, width: 
                            rng.uniform(2.0, 80.0, (batch, height, width, 1)), 0.0), jnp.float32)
   variables = model.init(jax.random.key(0), x[:1])
   if what == "step":
-    state = ts.create_train_state(model, variables, ts.make_optimizer(0.01))
+    state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
     args = (state, {"sparse": x, "target": x})
     loss = from_config.variant_loss(config)
-    fn = jax.jit(lambda s, b: ts.train_step(s, b, loss_name=loss))
+    fn = jax.jit(lambda s, b: training_step.train_step(s, b, loss_name=loss))
   else:
     args = (variables, x)
     fn = jax.jit(lambda v, s: model.apply(v, s))

@@ -3,18 +3,18 @@
   python bench/bench_ensemble.py --output docs/BENCHMARKS.md [--steps 300]
   python bench/bench_ensemble.py --speed [--methods separate,map,unroll] [--rounds 4] [--output docs/BENCHMARKS.md]
 
-1. Inference at 352x1216, batch 1: K = 4 pNCNN members as one vmapped call (`ensemble.apply_ensemble`) versus
+1. Inference at 352x1216, batch 1: K = 4 pNCNN members as one vmapped call (`ensemble_members.apply_ensemble`) versus
    4 calls of the single jitted model.
-2. MLE fusion (`ensemble.fuse_mle`, 500 Adam steps, 4 starts per pixel) of the 4 trained members' outputs on a
+2. MLE fusion (`ensemble_members.fuse_mle`, 500 Adam steps, 4 starts per pixel) of the 4 trained members' outputs on a
    full 352x1216 synthetic frame.
-3. A small ensemble of 4 trained by `train.train_and_evaluate` on synthetic scenes (configs/ensemble_synthetic.py
+3. A small ensemble of 4 trained by `loop.train_and_evaluate` on synthetic scenes (configs/ensemble_synthetic.py
    shortened to fit a CPU), evaluated per member and per fusion rule on the validation scenes.
 
 Writes the section between `<!-- ensemble:begin -->` and `<!-- ensemble:end -->` of the output file.
 
 `--speed` (issue 42) times only the inference of K = 4 members against one model's, in one process and
 interleaved: every program is compiled first, then each round times one call of the single model and one of each
-ensemble method (`ensemble.member_map`: 'map', 'unroll', 'vmap'; 'separate' = 4 calls of the single model), in
+ensemble method (`ensemble_members.member_map`: 'map', 'unroll', 'vmap'; 'separate' = 4 calls of the single model), in
 alternating order, and reports each as a ratio to the single model's time in the same round (the machine's
 drift and other jobs hit all alike). It also checks every method's members against the single model's outputs.
 Writes the section between `<!-- ensemble_speed:begin -->` and `<!-- ensemble_speed:end -->`.
@@ -39,10 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 from sections import write_section  # noqa: E402  (bench/ is the script's folder)
 
-from pncnn_jax import data, evaluate
-from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax import data, evaluate, from_config
+from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models
-from pncnn_jax.training import loop as train
+from pncnn_jax.training import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- ensemble:begin -->", "<!-- ensemble:end -->"
@@ -64,8 +64,8 @@ def timed(fn, *args, reps: int = 3) -> tuple[float, float]:
 def speed(methods: list[str], rounds: int, height: int, width: int, k: int = 4) -> dict:
   """Interleaved timing of one model's forward and K members' (see the module docstring); times in seconds."""
   model = models.build_model("pncnn")
-  stacked = ensemble.init_ensemble(model, list(range(k)), (64, 96))
-  members = ensemble.unstack_tree(stacked)
+  stacked = ensemble_members.init_ensemble(model, list(range(k)), (64, 96))
+  members = ensemble_members.unstack_tree(stacked)
   frame = data.generate(0, 0, stream=1)
   top, left = frame["sparse"].shape[0] - height, (frame["sparse"].shape[1] - width) // 2
   sparse = jnp.asarray(frame["sparse"][None, top:, left:left + width], jnp.float32)
@@ -80,7 +80,7 @@ def speed(methods: list[str], rounds: int, height: int, width: int, k: int = 4) 
   for m in methods:
     if m == "separate":
       continue
-    fn = jax.jit(functools.partial(ensemble.apply_ensemble, model, method=m))
+    fn = jax.jit(functools.partial(ensemble_members.apply_ensemble, model, method=m))
     t0 = time.perf_counter()
     out = jax.block_until_ready(fn(stacked, sparse))
     compile_s[m] = time.perf_counter() - t0
@@ -137,7 +137,7 @@ def render_speed(res: dict, command: str) -> str:
 
 
 def bench_config(steps: int, workers: int):
-  c = train.load_config(f"{REPO / 'configs' / 'ensemble_synthetic.py'}:pncnn")
+  c = from_config.load_config(f"{REPO / 'configs' / 'ensemble_synthetic.py'}:pncnn")
   c.data.train_crop_height, c.data.train_crop_width = 64, 192
   c.data.synthetic_size = 4 * steps  # one epoch of `steps` batches of 4
   c.data.eval_synthetic_size = 16
@@ -182,12 +182,12 @@ def main(argv=None) -> int:
 
   # 1. vmap vs separate calls.
   model = models.build_model("pncnn")
-  stacked = ensemble.init_ensemble(model, [0, 1, 2, 3], (64, 96))
-  members = ensemble.unstack_tree(stacked)
+  stacked = ensemble_members.init_ensemble(model, [0, 1, 2, 3], (64, 96))
+  members = ensemble_members.unstack_tree(stacked)
   frame = data.generate(0, 0, stream=1)
   sparse = jnp.asarray(frame["sparse"][None], jnp.float32)
-  vm = jax.jit(functools.partial(ensemble.apply_ensemble, model, method="vmap"))
-  lm = jax.jit(functools.partial(ensemble.apply_ensemble, model, method="map"))
+  vm = jax.jit(functools.partial(ensemble_members.apply_ensemble, model, method="vmap"))
+  lm = jax.jit(functools.partial(ensemble_members.apply_ensemble, model, method="map"))
   single = jax.jit(lambda v, x: model.apply(v, x, train=False))
   vm_first, vm_t = timed(lambda: vm(stacked, sparse))
   lm_first, lm_t = timed(lambda: lm(stacked, sparse))
@@ -198,15 +198,15 @@ def main(argv=None) -> int:
   config = bench_config(args.steps, 2)
   workdir = args.workdir or tempfile.mkdtemp(prefix="bench_ensemble_")
   t = time.perf_counter()
-  rows = train.train_and_evaluate(config, workdir)["rows"]
+  rows = loop.train_and_evaluate(config, workdir)["rows"]
   train_s = time.perf_counter() - t
   print(evaluate.format_table(rows, header="member / fusion"), flush=True)
 
   # 2. MLE fusion of the trained members on one full frame.
-  variables, _ = ensemble.load_ensemble(workdir, step="latest")
+  variables, _ = ensemble_members.load_ensemble(workdir, step="latest")
   out = lm(variables, sparse)
   prec = out.confidence
-  mle = jax.jit(ensemble.fuse_mle)
+  mle = jax.jit(ensemble_members.fuse_mle)
   mle_first, mle_t = timed(lambda: mle(out.depth, prec))
   spread = float(jnp.mean(jnp.max(out.depth, 0) - jnp.min(out.depth, 0)))
   print(f"mle {mle_t:.2f}s", flush=True)
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
       "",
       "### Fusion on synthetic data (paper Table 3)",
       "",
-      f"4 pNCNN members (seeds 0-3), trained together by `train.train_and_evaluate` (one jitted step over the stacked "
+      f"4 pNCNN members (seeds 0-3), trained together by `loop.train_and_evaluate` (one jitted step over the stacked "
       f"state, members vmapped), each on its own random half of "
       f"{config.data.synthetic_size} training scenes, {args.steps} steps of batch 4 random 64x192 crops, Adam lr "
       f"0.01 (x0.1 after the first epoch's end, i.e. constant here); {train_s / 60:.1f} min for the whole ensemble "
@@ -252,7 +252,7 @@ def main(argv=None) -> int:
       f"(128x384 bottom crops). MAE/RMSE: means of per-image values [mm]; AUSE pooled over all valid pixels "
       "(pNCNN and Gustafsson definitions); AUCE of the Gaussian with the stated variance. Members rank by their "
       "own precision c; fused rows by 1/(expected squared error under the mixture) "
-      "(`ensemble.fused_variance`: uniform weights for the mean, c-weights otherwise). MLE: v^2 = 0.1 m^2, 500 "
+      "(`ensemble_members.fused_variance`: uniform weights for the mean, c-weights otherwise). MLE: v^2 = 0.1 m^2, 500 "
       "Adam steps.",
       "",
       evaluate.format_table(rows, header="member / fusion"),

@@ -39,7 +39,7 @@ import numpy as np
 
 from pncnn_jax.nn import models
 from pncnn_jax.runtime import hostmem
-from pncnn_jax.training import step as train_step
+from pncnn_jax.training import step as training_step
 
 H, W = 352, 1216
 HERE = pathlib.Path(__file__).resolve().parent
@@ -160,16 +160,16 @@ def _program_gb(compiled) -> float | None:
 def time_train_step(rng: np.random.Generator, paired: Paired, repeats: int, batch: int = 4, steps_per_call: int = 1,
                     **model_kw) -> dict:
   """pNCNN training steps (Gaussian NLL, Adam) at 352x1216, paired with matmuls: one step per call, or
-  `steps_per_call` steps per call (`train_step.train_steps`, as the trainer with config.steps_per_call) with the
+  `steps_per_call` steps per call (`training_step.train_steps`, as the trainer with config.steps_per_call) with the
   time and FLOPs reported per step. The state is donated and fed back, as the trainer does."""
   model = models.build_model("pncnn", **model_kw)
   variables = models.init_variables(model, jax.random.key(0))
-  state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
+  state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
   shape = (batch, H, W, 1)
   sparse = np.where(rng.random(shape) < 0.05, rng.uniform(2, 80, shape), 0).astype(np.float32)
   target = np.where(rng.random(shape) < 0.2, rng.uniform(2, 80, shape), 0).astype(np.float32)
   data = {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)}
-  fn = train_step.train_step if steps_per_call == 1 else train_step.train_steps
+  fn = training_step.train_step if steps_per_call == 1 else training_step.train_steps
   if steps_per_call > 1:
     data = {k: jnp.stack([v] * steps_per_call) for k, v in data.items()}
   step = jax.jit(functools.partial(fn, loss_name="gaussian_nll"), donate_argnums=0)

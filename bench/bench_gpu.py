@@ -96,9 +96,9 @@ def jax_worker(rows, calls: int, repeats: int, emit) -> None:
   import jax.numpy as jnp
   import numpy as np
 
-  from pncnn_jax.ensemble import members as ensemble
+  from pncnn_jax.ensemble import members as ensemble_members
   from pncnn_jax.nn import models
-  from pncnn_jax.training import step as train_step
+  from pncnn_jax.training import step as training_step
 
   rng = np.random.default_rng(0)
   programs = {}
@@ -110,16 +110,17 @@ def jax_worker(rows, calls: int, repeats: int, emit) -> None:
       fn = jax.jit(functools.partial(model.apply, train=False))
       args = (variables, jnp.asarray(sparse))
     else:
-      state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
-      fn = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"), donate_argnums=0)
+      state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
+      fn = jax.jit(functools.partial(training_step.train_step, loss_name="gaussian_nll"), donate_argnums=0)
       args = (state, {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)})
     programs[name] = (fn, args, kind)
   # The ensemble rows: 4 pNCNN members, eval mode, batch 1, one vmapped call vs 4 calls of the single model.
   ens_model = models.build_model("pncnn")
-  members = ensemble.init_ensemble(ens_model, seeds=[0, 1, 2, 3])
+  members = ensemble_members.init_ensemble(ens_model, seeds=[0, 1, 2, 3])
   x1 = jnp.asarray(_batch(rng, 1, H, W)[0])
   if len(rows) > len(QUICK):
-    programs["ensemble4_vmap_f32"] = (jax.jit(functools.partial(ensemble.apply_ensemble, ens_model, method="vmap")),
+    programs["ensemble4_vmap_f32"] = (jax.jit(functools.partial(ensemble_members.apply_ensemble, ens_model,
+                                                                method="vmap")),
                                       (members, x1), "ensemble")
   compiled, compile_s = {}, {}
 
@@ -135,7 +136,7 @@ def jax_worker(rows, calls: int, repeats: int, emit) -> None:
     _, compiled[name], compile_s[name] = build(name)
     print(f"compiled {name} in {compile_s[name]:.1f} s", flush=True)
   emit("jax_compile", {"wall_s": time.perf_counter() - t0, "per_program_s": compile_s})
-  single_members = ensemble.unstack_tree(members)
+  single_members = ensemble_members.unstack_tree(members)
   for name, (fn, args, kind) in programs.items():
     c = compiled[name]
     mem = c.memory_analysis()

@@ -4,7 +4,7 @@ in one sitting.
 
   python bench/bench_jobs.py --output docs/BENCHMARKS.md [--runs ncnn_conf_l1,pncnn_masked] [--steps 120] [--jobs 2]
 
-For each run (its long-scale recipe: batch 4 of 64x320 crops, `paper.run_config`), a worker process compiles the
+For each run (its long-scale recipe: batch 4 of 64x320 crops, `runs.run_config`), a worker process compiles the
 jitted training step of `pncnn_jax.training.loop`, runs 3 warm-up steps, then times `--steps` steps on one fixed batch
 of a rendered synthetic scene (a step's cost does not depend on the values). Setting A: one worker, all cores.
 Setting B: `--jobs` workers at once, each pinned (sched_setaffinity) to its own contiguous slice of the cores.
@@ -51,26 +51,27 @@ def worker(run_name: str, steps: int, members: int = 0) -> dict[str, float]:
 
   from pncnn_jax import from_config  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data import synthetic  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.experiments import runs as paper  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.training import loop as train  # pylint: disable=g-import-not-at-top
-  run = paper.RUNS_BY_NAME[run_name]
-  cfg = paper.run_config(dataclasses.replace(run, members=members) if members else run, "long")
+  from pncnn_jax.experiments import runs  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.runtime import sharding  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import loop  # pylint: disable=g-import-not-at-top
+  run = runs.RUNS_BY_NAME[run_name]
+  cfg = runs.run_config(dataclasses.replace(run, members=members) if members else run, "long")
   h, w, b = cfg.data.train_crop_height, cfg.data.train_crop_width, cfg.batch_size
   full = synthetic.SyntheticConfig()  # centre-bottom windows of full frames, as the recipe's centre crops
   window = (full.height - h, (full.width - w) // 2, h, w)
   scenes = [synthetic.generate(0, i, full, window) for i in range(b)]
   batch = {"sparse": np.stack([s["sparse"] for s in scenes]).astype(np.float32),
            "target": np.stack([s["target"] for s in scenes]).astype(np.float32)}
-  mesh = train.make_mesh()
+  mesh = sharding.make_mesh()
   if members:
     batch = {k: np.stack([v] * members) for k, v in batch.items()}  # (K, B, H, W, 1)
-    step = train.make_ensemble_train_step(from_config.variant_loss(cfg), mesh)
-    state = train.init_ensemble_state(cfg, cfg.steps_per_epoch)
-    batch = train.shard_batch(batch, mesh, batch_axis=1)
+    step = loop.make_ensemble_train_step(from_config.variant_loss(cfg), mesh)
+    state = loop.init_ensemble_state(cfg, cfg.steps_per_epoch)
+    batch = sharding.shard_batch(batch, mesh, batch_axis=1)
   else:
-    step = train.make_train_step(from_config.variant_loss(cfg), mesh)
-    state = train.init_state(cfg, cfg.steps_per_epoch)
-    batch = train.shard_batch(batch, mesh)
+    step = loop.make_train_step(from_config.variant_loss(cfg), mesh)
+    state = loop.init_state(cfg, cfg.steps_per_epoch)
+    batch = sharding.shard_batch(batch, mesh)
   for _ in range(3):
     state, metrics = step(state, batch)
   jax.block_until_ready(metrics)

@@ -6,7 +6,7 @@ Rows (`ROWS`): the pNCNN forward (eval mode) at batch 1 and 8 at float32, TF32 a
 (Gaussian NLL, Adam, state fed back and donated as the trainer does) at batch 4 and 16 at float32 and TF32; each
 in jax and in the PyTorch pNCNN (bench/torch_pncnn.py, written from docs/SPEC.md) at equal precision, eager and
 with `torch.compile`; a 4-member ensemble forward (batch 1, float32) as one vmapped call (the program of
-`ensemble.apply_ensemble(method='vmap')`) against 4 calls of the single model; peak device memory.
+`ensemble.members.apply_ensemble(method='vmap')`) against 4 calls of the single model; peak device memory.
 
 Precisions. float32: every convolution float32 (jax `conv_precision='highest'`, the package default; torch
 `cudnn.allow_tf32=False`). tf32: the UNet convolutions may use TF32 (jax `conv_precision='default'`, the NConv
@@ -166,7 +166,7 @@ def jax_worker(args, emit) -> None:
 
   _bf16_convs()
   from pncnn_jax.nn import models  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.training import step as train_step  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import step as training_step  # pylint: disable=g-import-not-at-top
 
   deadline = Deadline(args.deadline_at)
   dev = jax.devices()[0]
@@ -180,8 +180,8 @@ def jax_worker(args, emit) -> None:
       fn = jax.jit(functools.partial(model.apply, train=False))
       call_args = (variables, jnp.asarray(sparse))
     else:
-      state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
-      fn = jax.jit(functools.partial(train_step.train_step, loss_name="gaussian_nll"), donate_argnums=0)
+      state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
+      fn = jax.jit(functools.partial(training_step.train_step, loss_name="gaussian_nll"), donate_argnums=0)
       call_args = (state, {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)})
     programs[name] = (fn, call_args, kind, prec)
   # The ensemble: K members (seeds 0..K-1) stacked, one vmapped forward (= apply_ensemble(method='vmap')).

@@ -22,7 +22,7 @@ import pathlib
 import ml_collections
 
 from pncnn_jax import from_config
-from pncnn_jax.flow import model as flow
+from pncnn_jax.flow import model as flow_model
 
 BASE = pathlib.Path(__file__).with_name("base.py")
 
@@ -30,9 +30,9 @@ BASE = pathlib.Path(__file__).with_name("base.py")
 def get_config(variant: str = "flow_pncnn") -> ml_collections.ConfigDict:
   """The flow config of one variant (`configs/flow_synthetic.py:<variant>`)."""
   variant = variant or "flow_pncnn"
-  if variant not in flow.FLOW_VARIANTS:
+  if variant not in flow_model.FLOW_VARIANTS:
     raise ValueError(f"configs/flow_synthetic.py: unknown variant {variant!r}; choose one of "
-                     f"{', '.join(flow.FLOW_VARIANTS)}")
+                     f"{', '.join(flow_model.FLOW_VARIANTS)}")
   c = from_config.load_config(f"{BASE}:pncnn")
   c.variant = variant  # a key of pncnn_jax.flow.FLOW_VARIANTS
   c.model = dict(  # pncnn_jax.flow.FlowPNCNN settings besides the variant's (c0 is always zero off the tracks)

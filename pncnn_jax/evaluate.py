@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pncnn_jax import from_config, losses, viz
-from pncnn_jax import metrics as M
+from pncnn_jax import metrics as metrics_lib
 from pncnn_jax.checkpoints import identity as identity_lib
 from pncnn_jax.checkpoints import loader
 from pncnn_jax.data import io as data_io
@@ -45,7 +45,7 @@ from pncnn_jax.runtime.registry import Registry
 def sigma_of(conf: np.ndarray, loss_name: str) -> np.ndarray | None:
   """Predicted standard deviation [m] (see module doc), or None for models without a calibrated sigma."""
   prec = losses.precision_of(np.asarray(conf), loss_name)
-  return None if prec is None else M.sigma_from_precision(prec)
+  return None if prec is None else metrics_lib.sigma_from_precision(prec)
 
 
 @dataclasses.dataclass
@@ -102,8 +102,8 @@ def register_metric_set(name: str, metric_set: MetricSet) -> None:
   METRIC_SETS.register(name, metric_set)
 
 
-register_metric_set("kitti", MetricSet(per_image=M.kitti_metrics))  # mm and 1/km, docs/SPEC.md
-register_metric_set("nyu", MetricSet(per_image=M.nyu_metrics))  # metres
+register_metric_set("kitti", MetricSet(per_image=metrics_lib.kitti_metrics))  # mm and 1/km, docs/SPEC.md
+register_metric_set("nyu", MetricSet(per_image=metrics_lib.nyu_metrics))  # metres
 
 
 def get_metric_set(name: str) -> MetricSet:
@@ -179,11 +179,12 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
   mesh = sharding.make_mesh() if mesh is None else mesh
   eval_fn = eval_fn or make_eval_fn(model, metric_set)
   variables = sharding.replicate(variables, mesh)
-  mean_acc, unc_acc, devkit_acc = M.MeanAccumulator(), M.UncertaintyAccumulator(), M.MeanAccumulator()
+  mean_acc, unc_acc = metrics_lib.MeanAccumulator(), metrics_lib.UncertaintyAccumulator()
+  devkit_acc = metrics_lib.MeanAccumulator()
   has_sigma = loss_name in losses.PROBABILISTIC_LOSSES
   dist_scores: list[np.ndarray] = []
   dist_labels: list[np.ndarray] = []
-  by_distance = M.ErrorByDistance() if error_by_distance else None
+  by_distance = metrics_lib.ErrorByDistance() if error_by_distance else None
   panels: list[dict[str, np.ndarray]] = []
   panel_names: list[str] = []
   num_images = 0
@@ -207,7 +208,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
     c0 = np.asarray(out.input_confidence)[keep]
     mean_acc.update({k: np.asarray(v)[keep] for k, v in per_image.items()})
     if metric_set == "kitti":
-      devkit_acc.update(M.kitti_devkit_metrics(depth, target, quantize=True))
+      devkit_acc.update(metrics_lib.kitti_devkit_metrics(depth, target, quantize=True))
     prec = losses.precision_of(conf, loss_name)
     unc_acc.update(depth, target, conf if prec is None else prec.astype(np.float32))
     if disturbed:
@@ -243,7 +244,7 @@ def run_evaluation(model: models.PNCNN, variables: Mapping[str, Any], batches: I
          "num_pixels": ures["num_pixels"]}
   au = None
   if dist_scores:
-    au = M.auroc(np.concatenate(dist_scores), np.concatenate(dist_labels))
+    au = metrics_lib.auroc(np.concatenate(dist_scores), np.concatenate(dist_labels))
   return EvalResult(metrics=mres, uncertainty=unc, auroc_disturbed=au,
                     sparsification=ures["sparsification_pncnn"],
                     sparsification_gustafsson=ures["sparsification_gustafsson"], panels=panels,

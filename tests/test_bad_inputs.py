@@ -315,7 +315,7 @@ def test_predict_keeps_going_past_bad_files(run_dir, inputs, tmp_path):
 
 def test_divergence_is_one_line_and_exit_1(tmp_path):
   """At lr 1e30 the 'last good checkpoint' had a parameter norm of 8e32; the run now stops at the first
-  non-finite step, before saving, and says how to go on (the lr 1e6 case: tests/training/test_train.py)."""
+  non-finite step, before saving, and says how to go on (the lr 1e6 case: tests/training/test_loop.py)."""
   wd = tmp_path / "wd"
   r = run("train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY, "--config.learning_rate=1e30")
   check(r, 1, re.compile(re.escape("error: the run diverged at step ") + r"\d+: non-finite loss, .* of ncnn in "

@@ -215,6 +215,73 @@ def test_tests_mirror_the_package():
       assert p.name in folders | {"bench"}, f"tests/{p.name}/ mirrors no folder of pncnn_jax/"
 
 
+def module_name_violations(source: str, path: str, package: pathlib.Path = PACKAGE) -> list[str]:
+  """`from pncnn_jax.P import m as a` binds a module under a name of its own: `a` (less a leading _) is m, <last
+  part of P>_m or m_lib, and is not the name of another top-level package or module of pncnn_jax (a user alias that
+  stands for m itself is fine). A package's __init__ may import its own submodules under their names."""
+  modules = {_module_name(p, package) for p in package.rglob("*.py")}
+  top = {m.split(".")[0] for m in modules if m}
+  out = []
+  for node in ast.walk(ast.parse(source)):
+    if not (isinstance(node, ast.ImportFrom) and node.module and _relative(node.module) is not None):
+      continue
+    for a in node.names:
+      rel = ".".join(p for p in (_relative(node.module), a.name) if p)
+      if rel not in modules:
+        continue  # a function, class or constant
+      bound = (a.asname or a.name).lstrip("_")
+      parent = node.module.rsplit(".", 1)[-1]
+      own = a.asname is None and pathlib.Path(path).name == "__init__.py" and pathlib.Path(path).parent.name == parent
+      if bound not in {a.name, f"{parent}_{a.name}", f"{a.name}_lib"}:
+        out.append(f"{path}:{node.lineno}: {rel} imported as {a.asname!r} (use {a.name}, {parent}_{a.name} or "
+                   f"{a.name}_lib)")
+      elif bound in top and rel != bound and ALIASES.get(bound) != rel and not own:
+        out.append(f"{path}:{node.lineno}: {rel} imported as {bound!r}, the name of pncnn_jax.{bound}")
+  return out
+
+
+def test_the_module_name_rule_finds_old_names_and_shadowing():
+  src = ("from pncnn_jax.experiments import runs as paper\nfrom pncnn_jax.ensemble import members as ensemble\n"
+         "from pncnn_jax.flow import losses\nfrom pncnn_jax.training import step as training_step\n"
+         "from pncnn_jax.inference import completer as completer_lib\nfrom pncnn_jax.nn import layers\n"
+         "from pncnn_jax.losses import precision_of as p\n")
+  got = module_name_violations(src, "x.py")
+  assert len(got) == 3 and "runs imported as 'paper'" in got[0] and "'ensemble'" in got[1], got
+  assert "flow.losses imported as 'losses', the name of pncnn_jax.losses" in got[2]
+
+
+def test_modules_are_imported_under_their_own_names():
+  """No alias restates a module's old name or shadows a package (package, tests, bench, configs, the commands)."""
+  files = [*PACKAGE.rglob("*.py"), *(REPO / "tests").rglob("*.py"), *(REPO / "bench").glob("*.py"),
+           *(REPO / "configs").glob("*.py"), REPO / "train.py", REPO / "eval.py"]
+  bad = [v for f in files for v in module_name_violations(f.read_text(), str(f))]
+  assert not bad, "\n".join(bad)
+
+
+# Test files about the project as a whole rather than one module (tests/test_<topic>.py, or a prefix of the name).
+TEST_TOPICS = {"bad_inputs", "commands", "configs", "docs", "notebook", "readme", "structure"}
+
+
+def test_test_files_are_named_after_their_modules():
+  """tests/<folder>/test_<name>.py tests pncnn_jax/<folder>/: <name>, or a prefix of it cut at an underscore, is one
+  of that folder's modules or subpackages (or the package of a folder with only an __init__), or a topic of
+  TEST_TOPICS; so no test file keeps the name of a module that has moved."""
+  bad = []
+  for t in sorted((REPO / "tests").rglob("test_*.py")):
+    rel = t.relative_to(REPO / "tests")
+    if rel.parts[0] == "bench":
+      continue
+    folder = PACKAGE.joinpath(*rel.parent.parts)
+    names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    names |= {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+    names |= {folder.name} if rel.parent.parts else set()
+    parts = t.stem[len("test_"):].split("_")
+    prefixes = {"_".join(parts[:k]) for k in range(1, len(parts) + 1)}
+    if not prefixes & (names | TEST_TOPICS):
+      bad.append(str(rel))
+  assert not bad, f"test files named after no module of their folder: {bad}"
+
+
 @pytest.mark.parametrize("module", ["runtime.cli", "runtime.hostmem", "runtime.registry", "runtime.alias", ""])
 def test_light_modules_import_no_jax(module):
   """The package door and what runs before jax is configured import neither jax nor the rest of the package."""

@@ -22,8 +22,7 @@ import numpy as np
 
 from pncnn_jax import evaluate, losses
 from pncnn_jax import metrics as metrics_lib
-from pncnn_jax.ensemble import fusion
-from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.ensemble import fusion, members
 
 Array = jax.Array
 MC_DROPOUT_M = (1, 2, 4, 8, 16, 32)
@@ -48,7 +47,7 @@ def mc_dropout_members(model, variables: Mapping[str, Any], sparse: Array, keys:
 
 def ensemble_members(model, variables: Any, sparse: Array, loss_name: str) -> tuple[Array, Array]:
   """Every member of stacked `variables` (leaves (K, ...)): (depth, precision), each (K, B, H, W, 1)."""
-  return ensemble.member_precision(model, variables, sparse, loss_name)
+  return members.member_precision(model, variables, sparse, loss_name)
 
 
 def predictive(depth: Array, precision: Array) -> tuple[Array, Array]:

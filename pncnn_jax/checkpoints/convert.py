@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pncnn_jax.checkpoints import identity as identity_lib
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import manager
 from pncnn_jax.checkpoints.torch_names import (  # noqa: F401
   NCONV_SHAPES,
   UNET_BLOCKS,
@@ -191,7 +191,7 @@ def load_official(path: str | os.PathLike, variant: str | None = None) -> tuple[
   info["variant"] = variant
   info["dataset"] = _dataset_name(info["args"], stem)
   info["identity"], info["identity_source"] = official_identity(info["args"], variant, info["variant_source"], stem)
-  if bad := checkpointing.non_finite_leaves(variables):  # poisoned weights would give all-zero depth, exit 0
+  if bad := manager.non_finite_leaves(variables):  # poisoned weights would give all-zero depth, exit 0
     raise CheckpointFormatError(f"{src}: {len(bad)} weight tensor(s) hold NaN or inf, e.g. {bad[0]}; refusing them")
   return variables, info
 
@@ -222,7 +222,7 @@ def convert(input_path: str | os.PathLike, output_dir: str | os.PathLike, varian
       "num_batches_tracked": info["num_batches_tracked"],
       "converted_by": "pncnn_jax.convert",
   }
-  checkpointing.save_variables(output_dir, variables, meta)
+  manager.save_variables(output_dir, variables, meta)
   return meta
 
 

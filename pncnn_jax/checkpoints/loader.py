@@ -18,7 +18,7 @@ the caller uses it for (eval.py: the config; predict/export: --variant) and refu
 The model is rebuilt with the settings stored with the checkpoint: the variant, the loss and the model settings
 (`conv_precision`, `nconv_init`) of the config the run was trained with (`config.model_settings`, which also
 reads configs saved before the `model` block). Official checkpoints get the model's defaults.
-`predict`, `eval.py` (`evaluate.evaluate_checkpoint`) and `ensemble.load_ensemble` all load through here.
+`predict`, `eval.py` (`evaluate.evaluate_checkpoint`) and `ensemble.members.load_ensemble` all load through here.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import pathlib
 from typing import Any
 
 from pncnn_jax import from_config, pretrained
-from pncnn_jax.checkpoints import convert
+from pncnn_jax.checkpoints import convert, manager
 from pncnn_jax.checkpoints import identity as identity_lib
-from pncnn_jax.checkpoints import manager as checkpointing
 from pncnn_jax.nn import models
 
 
@@ -98,10 +97,10 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
     if not workdir:
       raise ValueError(f"--checkpoint={checkpoint} needs --workdir (the training run)")
     wd = pathlib.Path(workdir)
-    if not (wd / checkpointing.CHECKPOINT_SUBDIR).is_dir():
+    if not (wd / manager.CHECKPOINT_SUBDIR).is_dir():
       raise FileNotFoundError(f"--checkpoint={checkpoint}: {wd} holds no checkpoints/ (train there first, or "
                               "pass --checkpoint=PATH)")
-    variables, meta = checkpointing.restore_variables(wd, step=checkpoint, allow_fallback=allow_fallback)
+    variables, meta = manager.restore_variables(wd, step=checkpoint, allow_fallback=allow_fallback)
   else:
     path = pathlib.Path(checkpoint)
     if not path.exists():
@@ -109,8 +108,8 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
     if path.is_file():
       variables, meta = convert.load_official(path, variant=variant)
     else:
-      variables, meta = checkpointing.restore_variables(path, step=step, allow_fallback=allow_fallback)
-  if bad := checkpointing.non_finite_leaves(variables):
+      variables, meta = manager.restore_variables(path, step=step, allow_fallback=allow_fallback)
+  if bad := manager.non_finite_leaves(variables):
     raise ValueError(f"--checkpoint={checkpoint}: {len(bad)} weight tensor(s) hold NaN or inf, e.g. {bad[0]} (a "
                      "diverged or corrupted model); refusing it")
   official = "identity" in meta  # convert.load_official's info

@@ -158,7 +158,7 @@ class _StateHandler(ocp.StandardCheckpointHandler):
   Replica-parallel saving, orbax's default on CPU and TPU (off on GPU), splits each replicated array among its
   devices: every array shape costs an eagerly compiled slice program on a process's first save (30 programs, ~1 s
   for an NCNN-Conf state on 2 host devices, then ~0.2 s a save), for states of a few MB where there is nothing to
-  parallelise. tests/checkpoints/test_checkpointing.py checks that a save compiles nothing and that stock orbax
+  parallelise. tests/checkpoints/test_manager.py checks that a save compiles nothing and that stock orbax
   reads what this writes."""
 
   def __init__(self):

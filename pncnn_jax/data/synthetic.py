@@ -52,7 +52,7 @@ KITTI_WIDTH = 1216
 CAMERA_HEIGHT_M = 1.65  # KITTI camera height above the road.
 
 # KITTI raw 2011_09_26 calibration (calib_velo_to_cam.txt R, T; calib_cam_to_cam.txt R_rect_00,
-# P_rect_02). tests/data/test_data_synthetic.py checks these against the files in ../shared/data.
+# P_rect_02). tests/data/test_synthetic.py checks these against the files in ../shared/data.
 _VELO_TO_CAM_R = (7.533745e-03, -9.999714e-01, -6.166020e-04, 1.480249e-02, 7.280733e-04,
                   -9.998902e-01, 9.998621e-01, 7.523790e-03, 1.480755e-02)
 _VELO_TO_CAM_T = (-4.069766e-03, -7.631618e-02, -2.717806e-01)

@@ -6,7 +6,7 @@ cache holds the first `size` scenes of one split at one fixed window (the 'cente
 train and validate on) as memory-mapped `.npy` arrays, so a run reads them instead of ray casting.
 
 Exactness: `generate` is deterministic and a window renders exactly the corresponding crop of the full frame,
-so a cached example is bit-identical to a rendered one (tests/data/test_data_synthetic.py asserts it). A run
+so a cached example is bit-identical to a rendered one (tests/data/test_synthetic.py asserts it). A run
 trained with a cache equals the same run without one.
 
 Layout of a cache directory (written to `<dir>.tmp-<pid>` first, then renamed: a crash never leaves a

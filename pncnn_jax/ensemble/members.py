@@ -138,7 +138,7 @@ def member_map(fn: Callable, method: str = "auto") -> Callable:
       docs/BENCHMARKS.md, "Ensemble inference against one model on CPU"); compile time grows with K, and on CPU
       it is no faster than 'map' (3.9x against 3.55x one model's time for K = 4).
     'auto': 'map' on CPU, 'vmap' elsewhere (docs/BENCHMARKS.md, "Ensembles").
-  For training use 'vmap' (the default of `ensemble_train.ensemble_train_step`): on CPU a train step inside
+  For training use 'vmap' (the default of `pncnn_jax.training.ensemble.ensemble_train_step`): on CPU a train step inside
   lax.map ran ~10x slower than vmap (docs/BENCHMARKS.md).
   """
   if method == "auto":

@@ -32,13 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from pncnn_jax import from_config, losses, pretrained
-from pncnn_jax.baselines import losses as base_losses
-from pncnn_jax.baselines import model as s2d
+from pncnn_jax.baselines import losses as baselines_losses
+from pncnn_jax.baselines import model as baselines_model
 from pncnn_jax.baselines import predictive
 from pncnn_jax.checkpoints import loader
-from pncnn_jax.ensemble import members as ensemble
-from pncnn_jax.experiments import evaluate_runs as results
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.ensemble import members as ensemble_members
+from pncnn_jax.experiments import evaluate_runs
+from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.nn import models
 
 # The pNCNN family's points: (run name, label). The recommended model is pncnn_jax.inference.completer.RECOMMENDED.
@@ -54,7 +54,7 @@ CLAIM_PNCNN = ("pncnn", "sparse_var_beta_detach_masked")  # the pNCNNs the claim
 
 def timing_frame(scale: str) -> tuple[int, int]:
   """The frame the costs are measured at: KITTI's 352x1216, or the scale's evaluation crop for the small scales."""
-  return TIMING_FRAMES.get(scale, tuple(paper.SCALES[scale]["eval_crop"]))
+  return TIMING_FRAMES.get(scale, tuple(runs_lib.SCALES[scale]["eval_crop"]))
 
 
 def _prefix_rows(rows: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -63,24 +63,25 @@ def _prefix_rows(rows: dict[int, dict[str, float]]) -> dict[str, dict[str, float
 
 def evaluate_mc_dropout(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str, Any]:
   """s2d_mcdropout on the test scenes for every M of `predictive.MC_DROPOUT_M` (one frame per call)."""
-  run = paper.BASELINE_MC
-  loaded = loader.load(paper.run_dir(workdir, run), step="latest", variant=run.variant)
-  config = paper.run_config(run, scale)
+  run = runs_lib.BASELINE_MC
+  loaded = loader.load(runs_lib.run_dir(workdir, run), step="latest", variant=run.variant)
+  config = runs_lib.run_config(run, scale)
   model, loss = from_config.build_model(config), from_config.variant_loss(config)
   keys = predictive.dropout_keys(MC_SEED, max(predictive.MC_DROPOUT_M))
   fn = predictive.make_members_fn(model, loss, "mc_dropout")
   rows = predictive.evaluate_prefixes(lambda x: fn(loaded.variables, x, keys),
-                                      results.heldout_batches(scale, cache_dir, batch_size=1), predictive.MC_DROPOUT_M)
+                                      evaluate_runs.heldout_batches(scale, cache_dir, batch_size=1),
+                                      predictive.MC_DROPOUT_M)
   return {"name": run.name, "rows": _prefix_rows(rows), "step": loaded.meta.get("step"),
           "params": models.count_params(loaded.variables["params"]), "learning_rate": loaded.meta.get(
               "config", {}).get("learning_rate"), **_train_time(workdir, run)}
 
 
-def finished_members(workdir: pathlib.Path, scale: str) -> list[paper.Run]:
-  """The leading finished runs of `paper.BASELINE_MEMBERS` (an ensemble of M is the first M members)."""
+def finished_members(workdir: pathlib.Path, scale: str) -> list[runs_lib.Run]:
+  """The leading finished runs of `runs_lib.BASELINE_MEMBERS` (an ensemble of M is the first M members)."""
   done = []
-  for run in paper.BASELINE_MEMBERS:
-    if not paper.finished(workdir, run, scale):
+  for run in runs_lib.BASELINE_MEMBERS:
+    if not runs_lib.finished(workdir, run, scale):
       break
     done.append(run)
   return done
@@ -92,32 +93,33 @@ def evaluate_ensembles(workdir: pathlib.Path, scale: str, cache_dir: str) -> dic
   members = finished_members(workdir, scale)
   ms = [m for m in predictive.ENSEMBLE_M if m <= len(members)]
   if not ms:
-    raise ValueError(f"no ensemble member is finished in {workdir} ({paper.BASELINE_MEMBERS[0].name} first)")
+    raise ValueError(f"no ensemble member is finished in {workdir} ({runs_lib.BASELINE_MEMBERS[0].name} first)")
   members = members[:ms[-1]]
-  variables, metas = ensemble.load_ensemble([paper.run_dir(workdir, r) for r in members], step="latest")
-  config = paper.run_config(members[0], scale)
+  variables, metas = ensemble_members.load_ensemble([runs_lib.run_dir(workdir, r) for r in members], step="latest")
+  config = runs_lib.run_config(members[0], scale)
   model, loss = from_config.build_model(config), from_config.variant_loss(config)
   fn = predictive.make_members_fn(model, loss, "ensemble")
-  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), results.heldout_batches(scale, cache_dir, 2), ms)
+  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), evaluate_runs.heldout_batches(scale, cache_dir, 2),
+                                      ms)
   per_member = models.count_params(jax.tree.map(lambda a: a[0], variables["params"]))
   walls = [_train_time(workdir, r)["train_wall_s"] for r in members]
-  return {"name": paper.BASELINE_ENSEMBLE, "members": [r.name for r in members], "rows": _prefix_rows(rows),
+  return {"name": runs_lib.BASELINE_ENSEMBLE, "members": [r.name for r in members], "rows": _prefix_rows(rows),
           "step": metas[0].get("step"), "params": per_member,
           "learning_rate": metas[0].get("config", {}).get("learning_rate"),
           "train_wall_s": sum(walls) if all(w is not None for w in walls) else None}
 
 
-def _train_time(workdir: pathlib.Path, run: paper.Run) -> dict[str, Any]:
-  path = paper.run_dir(workdir, run) / "wall_time.json"
+def _train_time(workdir: pathlib.Path, run: runs_lib.Run) -> dict[str, Any]:
+  path = runs_lib.run_dir(workdir, run) / "wall_time.json"
   return {"train_wall_s": json.loads(path.read_text())["seconds"] if path.exists() else None}
 
 
 def family_source(workdir: pathlib.Path, scale: str, name: str) -> tuple[str, Any, Any, dict[str, Any]] | None:
   """(where, config, variables, meta) of a pNCNN-family model: this workdir's finished run, else its shipped
   weights when they were trained at `scale`; None when neither exists."""
-  run = paper.RUNS_BY_NAME[name]
-  if paper.finished(workdir, run, scale):
-    config, _, variables, meta = results.load_run(workdir, run, scale)
+  run = runs_lib.RUNS_BY_NAME[name]
+  if runs_lib.finished(workdir, run, scale):
+    config, _, variables, meta = evaluate_runs.load_run(workdir, run, scale)
     return f"run {name} of this workdir", config, variables, meta
   try:
     variables, manifest = pretrained.load(f"synthetic:{name}")
@@ -143,7 +145,7 @@ def evaluate_family(workdir: pathlib.Path, scale: str, cache_dir: str, name: str
     prec = losses.precision_of(out.confidence, loss)
     return out.depth[None], (out.confidence if prec is None else prec)[None]
 
-  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), results.heldout_batches(scale, cache_dir), (1,))
+  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), evaluate_runs.heldout_batches(scale, cache_dir), (1,))
   row = rows[1]
   if not losses.is_probabilistic(loss):  # ranked by its NConv confidence: AUSE only
     row = {**row, "auce": None, "nll": None}
@@ -180,18 +182,20 @@ def measure_costs(frame: tuple[int, int]) -> dict[str, Any]:
   pv = models.init_variables(pn, jax.random.key(0))
   secs, peak = _time(lambda v, x: pn.apply(v, x).depth, pv, x)
   out["pncnn"] = {"seconds": secs, "peak_bytes": peak, "passes": 1, "params": models.count_params(pv["params"])}
-  mc, det = s2d.build_baseline("s2d_mcdropout"), s2d.build_baseline("s2d")
+  mc, det = baselines_model.build_baseline("s2d_mcdropout"), baselines_model.build_baseline("s2d")
   sv = jax.jit(lambda k: det.init(k, jnp.zeros((1, 32, 64, 1), jnp.float32)))(jax.random.key(0))
-  loss = base_losses.LOSS_NAME
+  loss = baselines_losses.LOSS_NAME
   for m in predictive.MC_DROPOUT_M:
     keys = predictive.dropout_keys(MC_SEED, m)
     secs, peak = _time(lambda v, x, k: predictive.predictive(*predictive.mc_dropout_members(mc, v, x, k, loss)),
                        sv, x, keys)
-    out[f"mc_dropout {m}"] = {"seconds": secs, "peak_bytes": peak, "passes": m, "params": s2d.PARAMS_RESNET18}
+    out[f"mc_dropout {m}"] = {"seconds": secs, "peak_bytes": peak, "passes": m,
+                              "params": baselines_model.PARAMS_RESNET18}
   for m in predictive.ENSEMBLE_M:
-    stacked = ensemble.stack_trees([sv] * m)
+    stacked = ensemble_members.stack_trees([sv] * m)
     secs, peak = _time(lambda v, x: predictive.predictive(*predictive.ensemble_members(det, v, x, loss)), stacked, x)
-    out[f"ensemble {m}"] = {"seconds": secs, "peak_bytes": peak, "passes": m, "params": m * s2d.PARAMS_RESNET18}
+    out[f"ensemble {m}"] = {"seconds": secs, "peak_bytes": peak, "passes": m,
+                            "params": m * baselines_model.PARAMS_RESNET18}
   return out
 
 
@@ -205,33 +209,34 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
 
   Returns the summary `pncnn_jax.experiments.pages.baselines.write` turns into the page; `missing` names what is not
   measured (runs not finished, family models not available)."""
-  cache_dir = paper.build_caches(workdir, scale)
+  cache_dir = runs_lib.build_caches(workdir, scale)
   (workdir / "eval").mkdir(parents=True, exist_ok=True)
-  out: dict[str, Any] = {"scale": scale, "recipe": paper.SCALES[scale], "baselines": {}, "family": {},
-                         "missing": [], "commit": results._git_commit(), "date": time.strftime("%Y-%m-%d"),
-                         "scenes": f"{paper.SCALES[scale]['test_scenes']} held-out test scenes"}
+  out: dict[str, Any] = {"scale": scale, "recipe": runs_lib.SCALES[scale], "baselines": {}, "family": {},
+                         "missing": [], "commit": evaluate_runs._git_commit(), "date": time.strftime("%Y-%m-%d"),
+                         "scenes": f"{runs_lib.SCALES[scale]['test_scenes']} held-out test scenes"}
 
   def get(path: pathlib.Path, fresh_after: float, compute):
     if evaluate:
-      return results.cached(path, fresh_after, compute)
+      return evaluate_runs.cached(path, fresh_after, compute)
     return json.loads(path.read_text()) if path.exists() else None
 
   members = finished_members(workdir, scale)
-  out["missing"] += [r.name for r in paper.BASELINE_MEMBERS[len(members):]]
-  for runs, name, key, compute in (([paper.BASELINE_MC], paper.BASELINE_MC.name, "mc_dropout", evaluate_mc_dropout),
-                                   (members, paper.BASELINE_ENSEMBLE, "ensemble", evaluate_ensembles)):
-    if not runs or not paper.finished(workdir, runs[0], scale):
+  out["missing"] += [r.name for r in runs_lib.BASELINE_MEMBERS[len(members):]]
+  for runs, name, key, compute in (([runs_lib.BASELINE_MC], runs_lib.BASELINE_MC.name, "mc_dropout",
+                                    evaluate_mc_dropout),
+                                   (members, runs_lib.BASELINE_ENSEMBLE, "ensemble", evaluate_ensembles)):
+    if not runs or not runs_lib.finished(workdir, runs[0], scale):
       out["missing"].append(name)
       continue
-    value = get(workdir / "eval" / f"{name}.json", max(results._last_checkpoint_time(workdir, r) for r in runs),
+    value = get(workdir / "eval" / f"{name}.json", max(evaluate_runs._last_checkpoint_time(workdir, r) for r in runs),
                 lambda compute=compute: compute(workdir, scale, cache_dir))
     if value is None:
       out["missing"].append(name)
     else:
       out["baselines"][key] = value
   for name, label in FAMILY:
-    run = paper.RUNS_BY_NAME[name]
-    value = get(workdir / "eval" / f"family_{name}.json", results._last_checkpoint_time(workdir, run),
+    run = runs_lib.RUNS_BY_NAME[name]
+    value = get(workdir / "eval" / f"family_{name}.json", evaluate_runs._last_checkpoint_time(workdir, run),
                 lambda name=name: evaluate_family(workdir, scale, cache_dir, name) or {"unavailable": True})
     if value is None or value.get("unavailable"):
       out["missing"].append(name)
@@ -241,7 +246,7 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
   path = workdir / "eval" / f"baseline_costs_{frame[0]}x{frame[1]}.json"
   costs = get(path, 0.0, lambda: measure_costs(frame))
   out["costs"] = costs
-  sweep = workdir / paper.BASELINE_LR_FILE
+  sweep = workdir / runs_lib.BASELINE_LR_FILE
   out["learning_rate"] = json.loads(sweep.read_text()) if sweep.exists() else None
   return out
 

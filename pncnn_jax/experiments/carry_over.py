@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from pncnn_jax import pretrained
-from pncnn_jax.experiments import evaluate_runs as results
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import evaluate_runs, runs
 
 
 def shipped_files(name: str, scale: str, row: dict[str, Any],
@@ -42,11 +41,11 @@ def shipped_files(name: str, scale: str, row: dict[str, Any],
 SHIPPED = "pncnn_jax/pretrained/synthetic"  # how a row names the shipped weights it was measured from
 
 
-def _remeasure(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str,
+def _remeasure(workdir: pathlib.Path, run: runs.Run, scale: str, cache_dir: str,
                files: tuple[pathlib.Path, pathlib.Path], row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
   """results.evaluate_run from a run's shipped weights; its validation curve and training time are the earlier
   sitting's (`curve_from`)."""
-  return {**results.evaluate_run(workdir, run, scale, cache_dir, files),
+  return {**evaluate_runs.evaluate_run(workdir, run, scale, cache_dir, files),
           "convergence": row.get("convergence"), "train_wall_s": row.get("train_wall_s"),
           "weights_from": f"{SHIPPED}/{files[0].name}",
           "curve_from": row.get("curve_from") or row.get("carried_from") or source}
@@ -62,7 +61,7 @@ def _copied(row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
 def _here(path: pathlib.Path, fresh_after: float, compute, evaluate: bool, require=()) -> dict[str, Any] | None:
   """What this workdir measures at `path` (evaluate) or measured there before (report only); None if neither."""
   if evaluate:
-    return results.cached(path, fresh_after, compute, require)
+    return evaluate_runs.cached(path, fresh_after, compute, require)
   return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -79,7 +78,7 @@ def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
     raise ValueError(f"--carry={path}: not a results JSON of pncnn_jax.experiments.reproduce (no 'scale' and 'runs')")
   if prior["scale"] != scale:
     raise ValueError(f"--carry={path}: its runs are of the {prior['scale']!r} scale, not {scale!r}")
-  recipe = json.loads(json.dumps(paper.SCALES[scale]))  # tuples as the JSON holds them
+  recipe = json.loads(json.dumps(runs.SCALES[scale]))  # tuples as the JSON holds them
   if prior.get("recipe") != recipe:
     raise ValueError(f"--carry={path}: its runs were trained with another {scale!r} recipe ({prior.get('recipe')}) "
                      f"than today's ({recipe})")
@@ -95,14 +94,14 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
   members are, else `prior`'s when none of them was trained here."""
   source = {"commit": prior.get("commit"), "date": prior.get("date")}
   shipped: dict[str, tuple[pathlib.Path, pathlib.Path]] = {}
-  for name in [n for n in prior["runs"] if n in paper.RUNS_BY_NAME and n not in evals]:
+  for name in [n for n in prior["runs"] if n in runs.RUNS_BY_NAME and n not in evals]:
     e = prior["runs"][name]
-    if e.get("eval_version") != results.EVAL_VERSION:
+    if e.get("eval_version") != evaluate_runs.EVAL_VERSION:
       print(f"[{name}] not carried from the earlier results: evaluated by version {e.get('eval_version')}, "
-            f"today's is {results.EVAL_VERSION}", flush=True)
+            f"today's is {evaluate_runs.EVAL_VERSION}", flush=True)
       continue
     files = shipped_files(name, scale, e)
-    compute = lambda run=paper.RUNS_BY_NAME[name], files=files, e=e: _remeasure(  # noqa: E731
+    compute = lambda run=runs.RUNS_BY_NAME[name], files=files, e=e: _remeasure(  # noqa: E731
         workdir, run, scale, cache_dir, files, e, source)
     row = _here(workdir / "eval" / f"{name}.json", files[0].stat().st_mtime, compute, evaluate) if files else None
     if row is not None:
@@ -111,19 +110,20 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
   oracle = prior["runs"].get("ncnn_oracle_c0")
   if "ncnn" in shipped:  # NCNN measured here from its shipped weights: the oracle too
     row = _here(workdir / "eval" / "ncnn_oracle_c0.json", shipped["ncnn"][0].stat().st_mtime,
-                lambda: {**results.oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]),
+                lambda: {**evaluate_runs.oracle_ncnn(workdir, scale, cache_dir, shipped["ncnn"]),
                          "weights_from": f"{SHIPPED}/ncnn.npz"}, evaluate)
     if row is not None:
       evals["ncnn_oracle_c0"] = row
   if ("ncnn_oracle_c0" not in evals and ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle
-      and oracle.get("eval_version") == results.EVAL_VERSION):
+      and oracle.get("eval_version") == evaluate_runs.EVAL_VERSION):
     evals["ncnn_oracle_c0"] = _copied(oracle, source)
-  if fusion is None and not any(paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
-    if all(n in shipped for n in paper.ENSEMBLE):
-      fusion = _here(workdir / "eval" / "ensemble.json", max(shipped[n][0].stat().st_mtime for n in paper.ENSEMBLE),
-                     lambda: {**results.evaluate_fusion(workdir, scale, cache_dir, shipped), "weights_from": SHIPPED},
-                     evaluate, results.FUSION_KEYS)
-    if fusion is None and prior.get("fusion") and prior["fusion"].get("eval_version") == results.EVAL_VERSION:
+  if fusion is None and not any(runs.finished(workdir, runs.RUNS_BY_NAME[n], scale) for n in runs.ENSEMBLE):
+    if all(n in shipped for n in runs.ENSEMBLE):
+      fusion = _here(workdir / "eval" / "ensemble.json", max(shipped[n][0].stat().st_mtime for n in runs.ENSEMBLE),
+                     lambda: {**evaluate_runs.evaluate_fusion(workdir, scale, cache_dir, shipped),
+                              "weights_from": SHIPPED},
+                     evaluate, evaluate_runs.FUSION_KEYS)
+    if fusion is None and prior.get("fusion") and prior["fusion"].get("eval_version") == evaluate_runs.EVAL_VERSION:
       fusion = _copied(prior["fusion"], source)
   return fusion
 
@@ -131,10 +131,10 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
 def add(summary: dict[str, Any], prior: dict[str, Any], workdir: pathlib.Path, scale: str, *,
         evaluate: bool = True) -> dict[str, Any]:
   """`summary` (results.evaluate_all) with the runs of `prior` (read_carry) that this workdir has not finished."""
-  cache_dir = paper.build_caches(workdir, scale)  # rendered already by evaluate_all: returns at once
+  cache_dir = runs.build_caches(workdir, scale)  # rendered already by evaluate_all: returns at once
   evals = dict(summary["runs"])
   fusion = _add(evals, summary["fusion"], prior, workdir, scale, cache_dir, evaluate)
-  order = [r.name for r in paper.RUNS] + ["ncnn_oracle_c0"]
+  order = [r.name for r in runs.RUNS] + ["ncnn_oracle_c0"]
   evals = {n: evals[n] for n in order if n in evals}
   return {**summary, "runs": evals, "fusion": fusion,
-          "not_finished": [r.name for r in paper.select("", scale) if r.name not in evals]}
+          "not_finished": [r.name for r in runs.select("", scale) if r.name not in evals]}

@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pncnn_jax import losses
-from pncnn_jax.experiments import evaluate_runs as results
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import evaluate_runs
+from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.runtime.run_files import format_value as fmt
 
 # Our options beyond the paper's models: their claim lines appear only when they were evaluated (the demo, e.g.,
@@ -54,33 +54,34 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
         out.append((title, None, ""))
       continue
     c = runs[name]["c0"]
-    out.append((title, results.c0_singles_out(c),
+    out.append((title, evaluate_runs.c0_singles_out(c),
                 f"AUROC {c['auroc']:.3f}, within depth deciles {c['auroc_depth_bins']:.3f} (aim >= "
-                f"{results.AUROC_AIM}); mean c0 disturbed {c['c0_mean_disturbed']:.3g} vs clean "
+                f"{evaluate_runs.AUROC_AIM}); mean c0 disturbed {c['c0_mean_disturbed']:.3g} vs clean "
                 f"{c['c0_mean_clean']:.3g} (ratio {c['c0_mean_disturbed'] / c['c0_mean_clean']:.2f}, aim <= "
-                f"{results.C0_RATIO_MAX})" + _seeds_note(runs, name, lambda r: results.c0_singles_out(r["c0"]))))
+                f"{evaluate_runs.C0_RATIO_MAX})" + _seeds_note(runs, name,
+                                                               lambda r: evaluate_runs.c0_singles_out(r["c0"]))))
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1"),
                   ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
                   ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked")):
-    title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {results.AUSE_RATIO_MAX})"
+    title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {evaluate_runs.AUSE_RATIO_MAX})"
     if have(p, conf):
       a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
-      out.append((title, results.ause_clearly_below(a, b), f"AUSE (pNCNN def.) {a:.3f} vs {b:.3f} (ratio "
+      out.append((title, evaluate_runs.ause_clearly_below(a, b), f"AUSE (pNCNN def.) {a:.3f} vs {b:.3f} (ratio "
                   f"{a / b:.2f}); the paper: 0.05 vs 0.31 on KITTI" + _seeds_note(
-                      runs, p, lambda r: results.ause_clearly_below(r["uncertainty"]["ause_pncnn"], b))
+                      runs, p, lambda r: evaluate_runs.ause_clearly_below(r["uncertainty"]["ause_pncnn"], b))
                   + _group_means_note(runs, p, conf, lambda r: r["uncertainty"]["ause_pncnn"])
                   + _lengths_note(runs, p, conf)))
     elif p not in OPTIONAL:
       out.append((title, None, ""))
   for p, conf in D_PAIRS:
-    title = f"(d) `{p}` within {100 * results.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
+    title = f"(d) `{p}` within {100 * evaluate_runs.ACCURACY_TOLERANCE:.0f} % of `{conf}` in MAE and RMSE"
     if have(p, conf):
       rel = {k: m(p, k) / m(conf, k) - 1 for k in ("mae", "rmse")}
       ref = runs[conf]["metrics"]
-      out.append((title, results.accuracy_close(runs[p]["metrics"], ref),
+      out.append((title, evaluate_runs.accuracy_close(runs[p]["metrics"], ref),
                   f"MAE {m(p, 'mae'):.0f} vs {m(conf, 'mae'):.0f} mm ({100 * rel['mae']:+.1f} %), RMSE "
                   f"{m(p, 'rmse'):.0f} vs {m(conf, 'rmse'):.0f} mm ({100 * rel['rmse']:+.1f} %)"
-                  + _seeds_note(runs, p, lambda r: results.accuracy_close(r["metrics"], ref))
+                  + _seeds_note(runs, p, lambda r: evaluate_runs.accuracy_close(r["metrics"], ref))
                   + _lengths_note(runs, p, conf)))
     elif p not in OPTIONAL:
       out.append((title, None, ""))
@@ -98,10 +99,10 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
 
 
 def done_group(runs: dict[str, Any], name: str) -> tuple[str, ...]:
-  """The finished runs of `name`'s recipe over its seeds (paper.SEED_GROUPS), in seed order, when its seed-0 run and
+  """The finished runs of `name`'s recipe over its seeds (runs.SEED_GROUPS), in seed order, when its seed-0 run and
   at least one other are in `runs`; () otherwise. A group is quoted with the seeds it has (`seed_list`): a retrained
   run is another draw (docs/reproducing/findings.md), so two seeds say more than one."""
-  group = tuple(n for n in paper.SEED_GROUPS.get(name, ()) if n in runs)
+  group = tuple(n for n in runs_lib.SEED_GROUPS.get(name, ()) if n in runs)
   return group if len(group) >= 2 and group[0] == name else ()
 
 
@@ -120,7 +121,7 @@ def _steps_note(steps: dict[str, Any]) -> str:
 
 def seed_list(names: tuple[str, ...]) -> str:
   """'seed 0', 'seeds 0-3' or 'seeds 0, 2': the seeds of the named runs."""
-  seeds = sorted(paper.RUNS_BY_NAME[n].seed for n in names)
+  seeds = sorted(runs_lib.RUNS_BY_NAME[n].seed for n in names)
   if len(seeds) == 1:
     return f"seed {seeds[0]}"
   return f"seeds {seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else (
@@ -128,7 +129,7 @@ def seed_list(names: tuple[str, ...]) -> str:
 
 
 def _seeds_note(runs: dict[str, Any], name: str, holds) -> str:
-  """'; over seeds 0-3 … it holds for k of 4' where `name` keys a paper.SEED_GROUPS group with seeds done
+  """'; over seeds 0-3 … it holds for k of 4' where `name` keys a runs.SEED_GROUPS group with seeds done
   (done_group)."""
   group = done_group(runs, name)
   if not group:
@@ -147,7 +148,7 @@ def _seed_columns(runs: dict[str, Any], group: tuple[str, ...]) -> dict[str, lis
 
 
 def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
-  """'; means over seeds: a vs b (ratio)' when both runs key paper.SEED_GROUPS groups with seeds done (done_group)."""
+  """'; means over seeds: a vs b (ratio)' when both runs key runs.SEED_GROUPS groups with seeds done (done_group)."""
   groups = [done_group(runs, n) for n in (name, ref)]
   if not all(groups):
     return ""
@@ -157,8 +158,8 @@ def _group_means_note(runs: dict[str, Any], name: str, ref: str, value) -> str:
 
 
 def seed_lines(runs: dict[str, Any]) -> list[str]:
-  """Each recipe of paper.SEED_GROUPS over its finished seeds (done_group): the spread one run carries."""
-  groups = {k: g for k in paper.SEED_GROUPS if (g := done_group(runs, k))}
+  """Each recipe of runs.SEED_GROUPS over its finished seeds (done_group): the spread one run carries."""
+  groups = {k: g for k in runs_lib.SEED_GROUPS if (g := done_group(runs, k))}
   if not groups:
     return []
   cols = {k: _seed_columns(runs, g) for k, g in groups.items()}
@@ -191,7 +192,7 @@ def seed_lines(runs: dict[str, Any]) -> list[str]:
 
 
 class Term(NamedTuple):
-  """One recipe of claim (b)'s comparison: its seed-0 run (with all the seeds of paper.SEED_GROUPS), its data term,
+  """One recipe of claim (b)'s comparison: its seed-0 run (with all the seeds of runs.SEED_GROUPS), its data term,
   the gradient that gives the prediction mu at one pixel (c = the predicted precision or inverse Laplace scale),
   the kind of error it is made of, what the variance UNet sees (sg = stop-gradient; '-' = no variance UNet) and,
   for our options, what they change against the plain NLL (the share of the MAE gap they remove, claim (d))."""
@@ -238,7 +239,7 @@ SEED_COLUMNS = "AUROC c0 | same, within depth deciles | (b) holds | MAE [mm] | R
 
 def b_count(rs: list[dict[str, Any]]) -> str:
   """'k of n': for how many of the results rows `rs` claim (b) holds (results.c0_singles_out)."""
-  return f"{sum(bool(results.c0_singles_out(r['c0'])) for r in rs)} of {len(rs)}"
+  return f"{sum(bool(evaluate_runs.c0_singles_out(r['c0'])) for r in rs)} of {len(rs)}"
 
 
 def seed_cells(rs: list[dict[str, Any]]) -> str:
@@ -254,14 +255,15 @@ def seed_cells(rs: list[dict[str, Any]]) -> str:
 def data_term_lines(runs: dict[str, Any]) -> list[str]:
   """Claims (b) and (d) against the objective each masked-c0 model is trained with (its data term, and whether the
   variance UNet's gradient reaches NConv and c0), over all seeds of each recipe."""
-  groups = {t.run: tuple(n for n in paper.SEED_GROUPS.get(t.run, (t.run,)) if n in runs) for t in DATA_TERMS}
+  groups = {t.run: tuple(n for n in runs_lib.SEED_GROUPS.get(t.run, (t.run,)) if n in runs) for t in DATA_TERMS}
   rows = [(t, [runs[n] for n in groups[t.run]]) for t in DATA_TERMS if groups[t.run]]
   if len(rows) < 2:
     return []
   lines = ["",
            "**What the training objective does to c0 and to accuracy** (masked c0; every finished seed of each recipe; "
-           f"claim (b) needs AUROC and the within-decile AUROC >= {results.AUROC_AIM} and c0 disturbed / clean <= "
-           f"{results.C0_RATIO_MAX}; sg = stop-gradient: the variance UNet's loss no longer trains NConv and c0):", "",
+           f"claim (b) needs AUROC and the within-decile AUROC >= {evaluate_runs.AUROC_AIM} and c0 disturbed / "
+           f"clean <= {evaluate_runs.C0_RATIO_MAX}; sg = stop-gradient: the variance UNet's loss no longer trains "
+           "NConv and c0):", "",
            f"| run (seeds) | data term | its gradient on mu | variance UNet sees | {SEED_COLUMNS} |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   for t, rs in rows:
@@ -331,8 +333,8 @@ def variance_unet_lines(runs: dict[str, Any]) -> list[str]:
                      and mae(x) < min(mae(runs[n]) for n in group))
   control = [n for n in PATH_KEPT if n in runs and beats(runs[n])]
   text = (f"- **Without the variance UNet** (`no_var_est_masked`, the paper's ablation, masked c0) (b) "
-          f"{'holds' if results.c0_singles_out(a['c0']) else 'does not hold'} and (d) "
-          f"{'holds' if results.accuracy_close(a['metrics'], r['metrics']) else 'does not hold'}: c0 AUROC "
+          f"{'holds' if evaluate_runs.c0_singles_out(a['c0']) else 'does not hold'} and (d) "
+          f"{'holds' if evaluate_runs.accuracy_close(a['metrics'], r['metrics']) else 'does not hold'}: c0 AUROC "
           f"{auroc(a):.2f} ({a['c0']['auroc_depth_bins']:.2f} within depth deciles), MAE {pct(mae(a))} and RMSE "
           f"{pct(rel(a, 'rmse'))} against `{ref}`, AUSE {ause(a):.3f}; `pncnn_masked` over {seed_list(group)}: AUROC "
           f"{seeds(auroc, two)}, MAE {seeds(mae, pct)}, AUSE {seeds(ause, three)}. ")

@@ -33,8 +33,8 @@ SHOWN = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_co
 @functools.lru_cache(maxsize=None)
 def fresh_scenes(crop: tuple[int, int], scenes: int) -> tuple[dict, ...]:
   """The demo's `scenes` fresh scenes at `crop`, in batches of 8, rendered once: every model's passes reuse them."""
-  from pncnn_jax.experiments import evaluate_runs as results  # pylint: disable=g-import-not-at-top
-  return tuple(results.scene_batches(crop, scenes, scene_seed=FRESH_SEED))
+  from pncnn_jax.experiments import evaluate_runs  # pylint: disable=g-import-not-at-top
+  return tuple(evaluate_runs.scene_batches(crop, scenes, scene_seed=FRESH_SEED))
 
 
 def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
@@ -43,7 +43,7 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
   import ml_collections  # pylint: disable=g-import-not-at-top
 
   from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.experiments import evaluate_runs as results  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments import evaluate_runs  # pylint: disable=g-import-not-at-top
   (root / "eval").mkdir(parents=True, exist_ok=True)
   runs, manifests = {}, {}
   for name in [n for n in SHOWN if n in pretrained.available("synthetic")]:
@@ -52,7 +52,7 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
     manifests[name] = manifest
     config = ml_collections.ConfigDict(manifest["config"])
     crop = (config.data.eval_crop_height, config.data.eval_crop_width)
-    runs[name] = results.evaluate_model(
+    runs[name] = evaluate_runs.evaluate_model(
         config, variables, lambda crop=crop: iter(fresh_scenes(crop, scenes)),
         panels_path=root / "eval" / f"{name}_panels.npz")
     runs[name].update({"name": name, "step": manifest["step"], "train_wall_s": manifest.get("train_wall_s")})
@@ -70,30 +70,30 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
 
 
 def evaluate_shipped_fusion(scenes: int) -> dict | None:
-  """Members and fusion rules of the shipped 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the fresh scenes, as
+  """Members and fusion rules of the shipped 4-run pNCNN ensemble (`runs_lib.ENSEMBLE`) on the fresh scenes, as
   results.evaluate_fusion measures them on the test scenes; None unless all four are shipped. `steps`: each member's
   training steps (the claim names unequal lengths)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
 
   from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.experiments import evaluate_runs as results  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.experiments import runs as paper  # pylint: disable=g-import-not-at-top
-  if not set(paper.ENSEMBLE) <= set(pretrained.available("synthetic")):
+  from pncnn_jax.experiments import evaluate_runs  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments import runs as runs_lib  # pylint: disable=g-import-not-at-top
+  if not set(runs_lib.ENSEMBLE) <= set(pretrained.available("synthetic")):
     return None
   t0 = time.time()
-  loaded = [pretrained.load(f"synthetic:{n}") for n in paper.ENSEMBLE]
+  loaded = [pretrained.load(f"synthetic:{n}") for n in runs_lib.ENSEMBLE]
   config = ml_collections.ConfigDict(loaded[0][1]["config"])
   crop = (config.data.eval_crop_height, config.data.eval_crop_width)
-  rows = results.fusion_rows(config, [v for v, _ in loaded], iter(fresh_scenes(crop, scenes)))
+  rows = evaluate_runs.fusion_rows(config, [v for v, _ in loaded], iter(fresh_scenes(crop, scenes)))
   print(f"  {'ensemble of ' + str(len(loaded)) + ' pncnn_masked seeds':22s} RMSE mean {rows['mean']['rmse']:.1f} mm, "
         f"MLE {rows['mle']['rmse']:.1f} mm  ({time.time() - t0:.0f} s)", flush=True)
-  return {"members": list(paper.ENSEMBLE), "steps": {n: m["step"] for n, (_, m) in zip(paper.ENSEMBLE, loaded)},
+  return {"members": list(runs_lib.ENSEMBLE), "steps": {n: m["step"] for n, (_, m) in zip(runs_lib.ENSEMBLE, loaded)},
           "rows": rows}
 
 
 def train_short(root: pathlib.Path, steps: int) -> list[dict]:
   from pncnn_jax import from_config  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.training import loop as train  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import loop  # pylint: disable=g-import-not-at-top
   cfg = from_config.load_config(f"{CONFIG_FILE}:pncnn")
   cfg.model.mask_input_confidence = True
   cfg.steps_per_epoch = max(1, steps // 4)
@@ -101,7 +101,7 @@ def train_short(root: pathlib.Path, steps: int) -> list[dict]:
   cfg.lr_decay_epochs = cfg.num_epochs  # no decay in so few steps
   cfg.progress_bar = False
   wd = root / "train_pncnn_masked"
-  train.train_and_evaluate(cfg, wd)
+  loop.train_and_evaluate(cfg, wd)
   return [json.loads(x) for x in (wd / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -1,7 +1,7 @@
 """Evaluation of the reproduction runs on held-out scenes, the paper's claims, docs/RESULTS.md and its JSON.
 
 Called by `python -m pncnn_jax.experiments.reproduce` (stages 'evaluate' and 'report'). Every finished run of
-`paper.RUNS` is evaluated once on the synthetic 'test' split (scene seeds that training and validation never
+`runs_lib.RUNS` is evaluated once on the synthetic 'test' split (scene seeds that training and validation never
 see) and the result cached in `<workdir>/eval/<name>.json`; the report is then written from those files, so it
 can be regenerated without evaluating again.
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from pncnn_jax import data, evaluate, from_config, pretrained, uncertainty
 from pncnn_jax.checkpoints import loader
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.nn import models
 
 # The claim thresholds, fixed before any result was seen (docs/RESULTS.md quotes them).
@@ -76,7 +76,7 @@ def scene_batches(crop: tuple[int, int], size: int, *, split: str = "test", scen
 
 def heldout_batches(scale: str, cache_dir: str, batch_size: int = 8):
   """The held-out test scenes of the recipe."""
-  s = paper.SCALES[scale]
+  s = runs_lib.SCALES[scale]
   return scene_batches(s["eval_crop"], s["test_scenes"], cache_dir=cache_dir, batch_size=batch_size)
 
 
@@ -92,18 +92,18 @@ def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
           **({"auroc_disturbed": res.auroc_disturbed} if res.auroc_disturbed is not None else {})}
 
 
-def load_run(workdir: pathlib.Path, run: paper.Run, scale: str,
+def load_run(workdir: pathlib.Path, run: runs_lib.Run, scale: str,
              files: tuple[pathlib.Path, pathlib.Path] | None = None):
   """(config, model, final variables, checkpoint metadata) of a finished run: from its checkpoints, or from its
-  final_weights files when the folder came without them (`paper.write_final_weights`), or from `files` (its
+  final_weights files when the folder came without them (`runs_lib.write_final_weights`), or from `files` (its
   shipped weights, `shipped_files`)."""
-  config = paper.run_config(run, scale)
-  if files is None and (paper.run_dir(workdir, run) / "checkpoints").is_dir():
-    loaded = loader.load(paper.run_dir(workdir, run), step="latest", variant=run.variant)
+  config = runs_lib.run_config(run, scale)
+  if files is None and (runs_lib.run_dir(workdir, run) / "checkpoints").is_dir():
+    loaded = loader.load(runs_lib.run_dir(workdir, run), step="latest", variant=run.variant)
     return config, from_config.build_model(config), loaded.variables, loaded.meta
-  npz, js = files or paper.final_weights(workdir, run)
+  npz, js = files or runs_lib.final_weights(workdir, run)
   if not npz.exists():
-    raise FileNotFoundError(f"{paper.run_dir(workdir, run)}: neither checkpoints/ nor {npz.name}")
+    raise FileNotFoundError(f"{runs_lib.run_dir(workdir, run)}: neither checkpoints/ nor {npz.name}")
   variables, meta = pretrained.load_files(npz, js)
   if meta.get("variant") != run.variant:
     raise ValueError(f"{npz}: holds variant {meta.get('variant')!r}, not {run.variant!r}")
@@ -151,7 +151,7 @@ def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
   """The validation curve and whether it is flat: the best val RMSE of the last 30 % of the phase before the lr drop
   is within FLAT_TOLERANCE (relative) of the best before it (best, not last: one diverged validation must not
   decide; the lr drop afterwards only polishes). A curve still falling more than that is reported as not converged."""
-  s = paper.SCALES[scale]
+  s = runs_lib.SCALES[scale]
   rows = [json.loads(line) for line in (rundir / "metrics.jsonl").read_text().splitlines()]
   val = sorted({r["step"]: r for r in rows if r.get("split") == "val"}.values(), key=lambda r: r["step"])
   curve = [(r["step"], r["rmse"], r["mae"]) for r in val]
@@ -174,10 +174,10 @@ def masked_c0(config) -> bool:
 
 def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path | None = None,
                    deleted_pass: bool = True) -> dict[str, Any]:
-  """Accuracy, uncertainty and c0 statistics of one model (`config` as in paper.run_config) on the scenes
+  """Accuracy, uncertainty and c0 statistics of one model (`config` as in runs.run_config) on the scenes
   that `batches_fn()` yields (called up to three times: the evaluation pass, the c0 pass, and on labelled scenes,
   with `deleted_pass`, the pass with the disturbed input points deleted: `disturbed_deleted`, the accuracy of this
-  depth network without them, report_distance.py)."""
+  depth network without them, pages/distance.py)."""
   model, loss = from_config.build_model(config), from_config.variant_loss(config)
   eval_fn = evaluate.make_eval_fn(model, "kitti")  # one compilation for both passes
   res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2, eval_fn=eval_fn,
@@ -201,20 +201,20 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
   return out
 
 
-def evaluate_run(workdir: pathlib.Path, run: paper.Run, scale: str, cache_dir: str,
+def evaluate_run(workdir: pathlib.Path, run: runs_lib.Run, scale: str, cache_dir: str,
                  files: tuple[pathlib.Path, pathlib.Path] | None = None) -> dict[str, Any]:
   """One finished run on the held-out test scenes (panels into <workdir>/eval/). With `files` (its shipped weights,
   pncnn_jax.experiments.carry_over) the run folder is not read: the caller supplies the convergence and training
   time."""
   print(f"[{run.name}] evaluating {'its shipped weights ' if files else ''}on "
-        f"{paper.SCALES[scale]['test_scenes']} test scenes", flush=True)
+        f"{runs_lib.SCALES[scale]['test_scenes']} test scenes", flush=True)
   config, _, variables, meta = load_run(workdir, run, scale, files)
   out = evaluate_model(config, variables, lambda: heldout_batches(scale, cache_dir),
                        panels_path=workdir / "eval" / f"{run.name}_panels.npz")
   out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step")})
   if files is None:
-    out["convergence"] = convergence(paper.run_dir(workdir, run), scale)
-    wall = paper.run_dir(workdir, run) / "wall_time.json"
+    out["convergence"] = convergence(runs_lib.run_dir(workdir, run), scale)
+    wall = runs_lib.run_dir(workdir, run) / "wall_time.json"
     out["train_wall_s"] = json.loads(wall.read_text())["seconds"] if wall.exists() else None
   return out
 
@@ -226,7 +226,7 @@ def _without_disturbed(batches):
 
 def oracle_ncnn(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
   """NCNN evaluated with its disturbed input points removed: a binary c0 that knew the labels."""
-  run = paper.RUNS_BY_NAME["ncnn"]
+  run = runs_lib.RUNS_BY_NAME["ncnn"]
   config, _, variables, meta = load_run(workdir, run, scale, files)
   out = evaluate_model(config, variables, lambda: _without_disturbed(heldout_batches(scale, cache_dir)),
                        deleted_pass=False)  # its input has them deleted already
@@ -238,29 +238,31 @@ FUSION_KEYS = ("members", "rows", "precision_scales")  # what a fusion table of 
 
 
 def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str, files=None) -> dict[str, Any]:
-  """Members and fusion rules of the 4-run pNCNN ensemble (`paper.ENSEMBLE`) on the test scenes, as trained and
-  calibrated (each member's precision scale fitted on the validation scenes, `ensemble.fit_precision_scales`);
+  """Members and fusion rules of the 4-run pNCNN ensemble (`runs_lib.ENSEMBLE`) on the test scenes, as trained and
+  calibrated (each member's precision scale fitted on the validation scenes, `ensemble_members.fit_precision_scales`);
   `files`: {member: shipped files} for members trained in an earlier sitting."""
-  from pncnn_jax.ensemble import members as ensemble  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.ensemble import members as ensemble_members  # pylint: disable=g-import-not-at-top
   files = files or {}
-  loaded = [load_run(workdir, paper.RUNS_BY_NAME[n], scale, files.get(n)) for n in paper.ENSEMBLE]
+  loaded = [load_run(workdir, runs_lib.RUNS_BY_NAME[n], scale, files.get(n)) for n in runs_lib.ENSEMBLE]
   config, members = loaded[0][0], [v for _, _, v, _ in loaded]
-  s = paper.SCALES[scale]
-  scales = ensemble.fit_precision_scales(
-      from_config.build_model(config), ensemble.stack_trees(members),
+  s = runs_lib.SCALES[scale]
+  scales = ensemble_members.fit_precision_scales(
+      from_config.build_model(config), ensemble_members.stack_trees(members),
       scene_batches(s["eval_crop"], s["val_scenes"], split="val", cache_dir=cache_dir, batch_size=4),
       loss_name=from_config.variant_loss(config))
   rows = fusion_rows(config, members, heldout_batches(scale, cache_dir, 4), precision_scales=scales)
-  return {"members": list(paper.ENSEMBLE), "rows": rows, "precision_scales": scales.tolist(),
+  return {"members": list(runs_lib.ENSEMBLE), "rows": rows, "precision_scales": scales.tolist(),
           "calibrated_on": f"the {s['val_scenes']} validation scenes"}
 
 
 def fusion_rows(config, members: Sequence[Any], batches, precision_scales=None) -> dict[str, dict[str, float]]:
-  """Every member and fusion rule (`ensemble.evaluate_ensemble`) of `members` (variables of runs trained with
+  """Every member and fusion rule (`ensemble_members.evaluate_ensemble`) of `members` (variables of runs trained with
   `config`, stacked here) on `batches`; with `precision_scales` the calibrated rows too."""
-  from pncnn_jax.ensemble import members as ensemble  # pylint: disable=g-import-not-at-top
-  return ensemble.evaluate_ensemble(from_config.build_model(config), ensemble.stack_trees(list(members)), batches,
-                                    loss_name=from_config.variant_loss(config), precision_scales=precision_scales)
+  from pncnn_jax.ensemble import members as ensemble_members  # pylint: disable=g-import-not-at-top
+  return ensemble_members.evaluate_ensemble(from_config.build_model(config),
+                                            ensemble_members.stack_trees(list(members)), batches,
+                                            loss_name=from_config.variant_loss(config),
+                                            precision_scales=precision_scales)
 
 
 def cached(path: pathlib.Path, fresh_after: float, compute, require: Sequence[str] = ()) -> dict[str, Any]:
@@ -281,26 +283,26 @@ def _jsonable(o: Any) -> Any:
   return pretrained.json_default(o)
 
 
-def _last_checkpoint_time(workdir: pathlib.Path, run: paper.Run) -> float:
-  ck = paper.run_dir(workdir, run) / "checkpoints"
+def _last_checkpoint_time(workdir: pathlib.Path, run: runs_lib.Run) -> float:
+  ck = runs_lib.run_dir(workdir, run) / "checkpoints"
   if ck.is_dir():
     return max((p.stat().st_mtime for p in ck.iterdir()), default=0.0)
-  npz, _ = paper.final_weights(workdir, run)
+  npz, _ = runs_lib.final_weights(workdir, run)
   return npz.stat().st_mtime if npz.exists() else 0.0
 
 
 def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> dict[str, Any]:
-  """Evaluates every finished run of paper.RUNS and the ensemble when its four runs are finished (each result
+  """Evaluates every finished run of runs.RUNS and the ensemble when its four runs are finished (each result
   cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results
   (`pncnn_jax.experiments.carry_over` adds an earlier sitting's results of the runs not finished here).
 
   Returns the summary that `pncnn_jax.experiments.pages.report.write` turns into docs/RESULTS.md.
   """
-  runs = paper.RUNS
-  cache_dir = paper.build_caches(workdir, scale)
+  runs = runs_lib.RUNS
+  cache_dir = runs_lib.build_caches(workdir, scale)
   (workdir / "eval").mkdir(parents=True, exist_ok=True)
-  done = [r for r in runs if paper.finished(workdir, r, scale)]
-  missing = [r.name for r in paper.select("", scale) if r not in done]  # of the runs this scale is for
+  done = [r for r in runs if runs_lib.finished(workdir, r, scale)]
+  missing = [r.name for r in runs_lib.select("", scale) if r not in done]  # of the runs this scale is for
   evals: dict[str, Any] = {}
   for run in done:
     path = workdir / "eval" / f"{run.name}.json"
@@ -312,28 +314,28 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
     if run.name in evals and (how := trained_by(workdir, run)):
       evals[run.name] = {**evals[run.name], "trained_by": how}
   if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
-    run = paper.RUNS_BY_NAME["ncnn"]
+    run = runs_lib.RUNS_BY_NAME["ncnn"]
     evals["ncnn_oracle_c0"] = cached(workdir / "eval" / "ncnn_oracle_c0.json", _last_checkpoint_time(workdir, run),
                                       lambda: oracle_ncnn(workdir, scale, cache_dir))
   elif (workdir / "eval" / "ncnn_oracle_c0.json").exists():
     evals["ncnn_oracle_c0"] = json.loads((workdir / "eval" / "ncnn_oracle_c0.json").read_text())
   fusion = None
-  if all(paper.finished(workdir, paper.RUNS_BY_NAME[n], scale) for n in paper.ENSEMBLE):
+  if all(runs_lib.finished(workdir, runs_lib.RUNS_BY_NAME[n], scale) for n in runs_lib.ENSEMBLE):
     path = workdir / "eval" / "ensemble.json"
-    newest = max(_last_checkpoint_time(workdir, paper.RUNS_BY_NAME[n]) for n in paper.ENSEMBLE)
+    newest = max(_last_checkpoint_time(workdir, runs_lib.RUNS_BY_NAME[n]) for n in runs_lib.ENSEMBLE)
     if evaluate or path.exists():
       fusion = cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir), require=FUSION_KEYS)
-  summary = {"scale": scale, "recipe": paper.SCALES[scale], "runs": evals, "fusion": fusion,
-             "scenes": f"{paper.SCALES[scale]['test_scenes']} held-out test scenes",
+  summary = {"scale": scale, "recipe": runs_lib.SCALES[scale], "runs": evals, "fusion": fusion,
+             "scenes": f"{runs_lib.SCALES[scale]['test_scenes']} held-out test scenes",
              "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),
              "devices": [str(d) for d in jax.devices()], "jax": jax.__version__}
   return summary
 
 
-def trained_by(workdir: pathlib.Path, run: paper.Run) -> str | None:
+def trained_by(workdir: pathlib.Path, run: runs_lib.Run) -> str | None:
   """How a run was trained when one command does not say it (resumed across machines, started from another run's
   checkpoint): its folder's provenance.txt, written by hand; None without one."""
-  path = paper.run_dir(workdir, run) / "provenance.txt"
+  path = runs_lib.run_dir(workdir, run) / "provenance.txt"
   return path.read_text().strip() if path.exists() else None
 
 
@@ -346,20 +348,20 @@ def _git_commit() -> str | None:
 
 
 def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], directory: pathlib.Path,
-                 runs: Sequence[paper.Run] = paper.RUNS) -> None:
+                 runs: Sequence[runs_lib.Run] = runs_lib.RUNS) -> None:
   """Writes the final variables + manifest (`pncnn_jax.pretrained.save`) of each finished run of `runs`."""
   evals = summary["runs"]
-  for run in [r for r in runs if paper.finished(workdir, r, scale)]:
+  for run in [r for r in runs if runs_lib.finished(workdir, r, scale)]:
     config, _, variables, meta = load_run(workdir, run, scale)
     with config.unlocked():
       config.data.synthetic_cache_dir = ""
-    val = [json.loads(line) for line in (paper.run_dir(workdir, run) / "metrics.jsonl").read_text().splitlines()]
+    val = [json.loads(line) for line in (runs_lib.run_dir(workdir, run) / "metrics.jsonl").read_text().splitlines()]
     last_val = [r for r in val if r.get("split") == "val"][-1]
     manifest = {
         "name": run.name, "variant": run.variant, "mask_input_confidence": run.masked, "seed": run.seed,
         "command": f"python -m pncnn_jax.experiments.reproduce --workdir WORKDIR --scale {scale} --only {run.name} "
                    f"--ship pncnn_jax/pretrained/synthetic",
-        "commit": summary["commit"], "scale": scale, "recipe": paper.SCALES[scale], "step": meta.get("step"),
+        "commit": summary["commit"], "scale": scale, "recipe": runs_lib.SCALES[scale], "step": meta.get("step"),
         "device": summary["devices"], "jax": summary["jax"], "evaluated_on": {"devices": summary["devices"],
                                                                             "jax": summary["jax"]},
         "train_wall_s": evals.get(run.name, {}).get(
@@ -367,7 +369,7 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
         "validation": {k: v for k, v in last_val.items() if k not in ("time", "split")},
         "test": {**evals.get(run.name, {}).get("metrics", {}), **evals.get(run.name, {}).get("uncertainty", {})},
     }
-    trained_on = paper.run_dir(workdir, run) / "device.json"  # the devices each training sitting ran on
+    trained_on = runs_lib.run_dir(workdir, run) / "device.json"  # the devices each training sitting ran on
     if trained_on.exists():
       sittings = json.loads(trained_on.read_text())
       manifest["trained_on"] = sittings

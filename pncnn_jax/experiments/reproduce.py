@@ -58,22 +58,21 @@ import threading
 import time
 from typing import Sequence
 
-from pncnn_jax.experiments import baselines
-from pncnn_jax.experiments import carry_over as carry_lib
-from pncnn_jax.experiments import evaluate_runs as results
-from pncnn_jax.experiments import runs as paper
-from pncnn_jax.experiments.pages import baselines as baseline_report
+from pncnn_jax.experiments import baselines as baselines_lib
+from pncnn_jax.experiments import carry_over, evaluate_runs
+from pncnn_jax.experiments import runs as runs_lib
+from pncnn_jax.experiments.pages import baselines as pages_baselines
 from pncnn_jax.experiments.pages import report
 from pncnn_jax.experiments.runs import Run
 from pncnn_jax.runtime import compile_cache
-from pncnn_jax.training import loop as train
+from pncnn_jax.training import loop
 
 
 def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int = 1) -> None:
   """Trains (or resumes) each run, `jobs` at a time; finished runs are skipped. Baselines whose learning rate comes
-  from the sweep (`paper.BASELINE_LR_FROM_SWEEP`) get the sweep runs trained first."""
-  if any(r.learning_rate == paper.BASELINE_LR_FROM_SWEEP for r in runs):
-    runs = [*(r for r in paper.BASELINE_SWEEP if r not in runs), *runs]
+  from the sweep (`runs_lib.BASELINE_LR_FROM_SWEEP`) get the sweep runs trained first."""
+  if any(r.learning_rate == runs_lib.BASELINE_LR_FROM_SWEEP for r in runs):
+    runs = [*(r for r in runs_lib.BASELINE_SWEEP if r not in runs), *runs]
   first = [r for r in runs if r.group == "baseline_sweep"]
   for phase in (first, [r for r in runs if r not in first]):  # the sweep before the runs that need its choice
     if phase:
@@ -81,13 +80,13 @@ def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int
 
 
 def _train_phase(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int) -> None:
-  cache_dir = paper.build_caches(workdir, scale, workers=jobs)
+  cache_dir = runs_lib.build_caches(workdir, scale, workers=jobs)
   todo = []
   for run in runs:
-    if paper.finished(workdir, run, scale):
+    if runs_lib.finished(workdir, run, scale):
       print(f"[{run.name}] finished", flush=True)
-      if not paper.is_baseline(run):  # a baseline's weights stay in its checkpoints (an ensemble of 8 is 440 MB)
-        paper.write_final_weights(workdir, run, scale)
+      if not runs_lib.is_baseline(run):  # a baseline's weights stay in its checkpoints (an ensemble of 8 is 440 MB)
+        runs_lib.write_final_weights(workdir, run, scale)
     else:
       todo.append(run)
   if jobs > 1 and len(todo) > 1:
@@ -95,11 +94,11 @@ def _train_phase(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: i
     return
   for run in todo:
     print(f"[{run.name}] training ({run.variant}, masked c0={run.masked}, seed {run.seed})", flush=True)
-    with WallClock(paper.run_dir(workdir, run)):
-      train.train_and_evaluate(paper.run_config(run, scale, cache_dir, workdir), paper.run_dir(workdir, run))
-    _record_device(paper.run_dir(workdir, run))
-    if not paper.is_baseline(run):
-      paper.write_final_weights(workdir, run, scale)
+    with WallClock(runs_lib.run_dir(workdir, run)):
+      loop.train_and_evaluate(runs_lib.run_config(run, scale, cache_dir, workdir), runs_lib.run_dir(workdir, run))
+    _record_device(runs_lib.run_dir(workdir, run))
+    if not runs_lib.is_baseline(run):
+      runs_lib.write_final_weights(workdir, run, scale)
 
 
 def _train_in_processes(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int) -> None:
@@ -109,7 +108,7 @@ def _train_in_processes(workdir: pathlib.Path, scale: str, runs: Sequence[Run], 
   env.setdefault("JAX_COMPILATION_CACHE_DIR", str(workdir / "jax_cache"))  # runs of one variant share programs
 
   def one(run: Run) -> int:
-    rundir = paper.run_dir(workdir, run)
+    rundir = runs_lib.run_dir(workdir, run)
     rundir.mkdir(parents=True, exist_ok=True)
     print(f"[{run.name}] training in its own process, log {rundir / 'train.log'}", flush=True)
     with open(rundir / "train.log", "a") as log:
@@ -179,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    description=__doc__.split("\n\n")[1],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--workdir", required=True, help="where runs, caches and evaluations go (outside git)")
-  parser.add_argument("--scale", default="cpu", choices=sorted(paper.SCALES), help="the training recipe")
+  parser.add_argument("--scale", default="cpu", choices=sorted(runs_lib.SCALES), help="the training recipe")
   parser.add_argument("--stage", default="all", choices=("all", "train", "evaluate", "report"))
   parser.add_argument("--only", default="", help="comma-separated run names (default: all, or the "
                       "scale's own in pncnn_jax.experiments.runs.SCALE_RUNS); see pncnn_jax.experiments.runs.RUNS")
@@ -197,33 +196,33 @@ def main(argv: Sequence[str] | None = None) -> int:
   workdir = pathlib.Path(os.path.abspath(args.workdir))
   os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
   try:
-    runs = paper.select(args.only, args.scale)
-    with_baselines = any(paper.is_baseline(r) for r in runs)
-    only_baselines = with_baselines and all(paper.is_baseline(r) for r in runs)
+    runs = runs_lib.select(args.only, args.scale)
+    with_baselines = any(runs_lib.is_baseline(r) for r in runs)
+    only_baselines = with_baselines and all(runs_lib.is_baseline(r) for r in runs)
     baseline_page = pathlib.Path(args.results) if (only_baselines and args.results) else (
-        pathlib.Path("docs") / baseline_report.PAGE if args.scale == "long" else workdir / baseline_report.PAGE)
+        pathlib.Path("docs") / pages_baselines.PAGE if args.scale == "long" else workdir / pages_baselines.PAGE)
     if not args.results:
       args.results = f"docs/{report.page_name(args.scale)}"
     if workdir.exists() and not workdir.is_dir():
       raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
     if args.jobs < 1:
       raise ValueError(f"--jobs={args.jobs}: must be at least 1")
-    carry = carry_lib.read_carry(pathlib.Path(args.carry), args.scale) if args.carry else None  # before training
+    carry = carry_over.read_carry(pathlib.Path(args.carry), args.scale) if args.carry else None  # before training
     if args.stage in ("all", "train"):
       train_runs(workdir, args.scale, runs, args.jobs)
     if args.stage in ("all", "evaluate", "report") and with_baselines:
-      baseline_report.write(baselines.evaluate_all(workdir, args.scale, evaluate=args.stage != "report"),
+      pages_baselines.write(baselines_lib.evaluate_all(workdir, args.scale, evaluate=args.stage != "report"),
                             baseline_page)
       print(f"wrote {baseline_page} and {baseline_page.with_suffix('.json')}", flush=True)
     if args.stage in ("all", "evaluate", "report") and not only_baselines:
-      summary = results.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
+      summary = evaluate_runs.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
       if carry is not None:
-        summary = carry_lib.add(summary, carry, workdir, args.scale, evaluate=args.stage != "report")
+        summary = carry_over.add(summary, carry, workdir, args.scale, evaluate=args.stage != "report")
       report.write(summary, pathlib.Path(args.results), workdir)
       print(f"wrote {args.results} and {pathlib.Path(args.results).with_suffix('.json')}", flush=True)
       if args.ship:
-        results.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship),
-                             [r for r in runs if not paper.is_baseline(r)])
+        evaluate_runs.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship),
+                                   [r for r in runs if not runs_lib.is_baseline(r)])
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -45,7 +45,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pncnn_jax.data import sparsify
-from pncnn_jax.flow import scenes as flow_scene
+from pncnn_jax.flow import scenes as flow_scenes
 
 FAILURES = ("none", "gross (homogeneous)", "aperture (edge)", "swap (repeated)", "reflection (car)")
 NONE, GROSS, APERTURE, SWAP, REFLECTION = range(5)
@@ -120,7 +120,7 @@ def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
 def _swap_offsets(scene, cfg, periods, solid, depth, d_cam, rows, cols, rng):
   """Image displacement (n, 2) of one window period (horizontal along the street, or 3 m vertical) from each
   track's surface point; NaN where it falls behind the camera."""
-  rot = flow_scene.raycast.yaw_matrix(scene.yaw)
+  rot = flow_scenes.raycast.yaw_matrix(scene.yaw)
   p_cam = depth[rows, cols, None] * d_cam[rows, cols]
   horizontal = rng.random(len(rows)) < 0.5
   step = np.where(horizontal[:, None], np.stack([np.zeros(len(rows)), np.zeros(len(rows)),
@@ -182,27 +182,27 @@ def _rngs(seed: int, index: int, stream: int, window: tuple[int, int, int, int])
   return scene, look, noise, tracks
 
 
-def generate(seed: int, index: int, scene_config: Optional[flow_scene.FlowSceneConfig] = None,
+def generate(seed: int, index: int, scene_config: Optional[flow_scenes.FlowSceneConfig] = None,
              track_config: Optional[TrackConfig] = None, window: Optional[tuple[int, int, int, int]] = None,
              stream: int = 0) -> dict[str, np.ndarray]:
   """Example `index` of (seed, stream) (module docstring), optionally a window (top, left, h, w) of the frame."""
-  cfg, tcfg = scene_config or flow_scene.FlowSceneConfig(), track_config or TrackConfig()
+  cfg, tcfg = scene_config or flow_scenes.FlowSceneConfig(), track_config or TrackConfig()
   window = tuple(window) if window is not None else (0, 0, cfg.height, cfg.width)
   top, left, h, w = window
   if not (0 <= top and 0 <= left and h > 0 and w > 0 and top + h <= cfg.height and left + w <= cfg.width):
     raise ValueError(f"window {window} (top, left, height, width) is not inside the {cfg.height}x{cfg.width} frame")
   scene_rng, look_rng, noise_rng, track_rng = _rngs(seed, index, stream, window)
-  scene, motion = flow_scene.make_moving_scene(scene_rng, cfg)
-  classes, albedo, periods = flow_scene.scene_appearance(look_rng, scene)
-  depth, solid, d_cam = flow_scene.render(scene, cfg, window)
-  flow, valid = flow_scene.exact_flow(scene, motion, cfg, depth, solid, d_cam, window)
-  img, repeated = flow_scene.surface_image(scene, classes, albedo, periods, depth, solid, d_cam)
+  scene, motion = flow_scenes.make_moving_scene(scene_rng, cfg)
+  classes, albedo, periods = flow_scenes.scene_appearance(look_rng, scene)
+  depth, solid, d_cam = flow_scenes.render(scene, cfg, window)
+  flow, valid = flow_scenes.exact_flow(scene, motion, cfg, depth, solid, d_cam, window)
+  img, repeated = flow_scenes.surface_image(scene, classes, albedo, periods, depth, solid, d_cam)
   img = img + cfg.image_noise * noise_rng.standard_normal((cfg.height, cfg.width))[top:top + h, left:left + w]
   l1, l2, edge_dir = structure_tensor(img, tcfg.window_radius)
   rows, cols = detect(l2, l1 + l2 < tcfg.homogeneous_energy, tcfg)
   keep = valid[rows, cols]
   rows, cols = rows[keep], cols[keep]
-  car = (solid >= 0) & (classes[np.maximum(solid, 0)] == flow_scene.CAR)
+  car = (solid >= 0) & (classes[np.maximum(solid, 0)] == flow_scenes.CAR)
   texture = {"energy": l1 + l2, "ratio": l2 / np.maximum(l1, 1e-12), "edge_dir": edge_dir, "repeated": repeated,
              "car": car}
   swaps = _swap_offsets(scene, cfg, periods, solid, depth, d_cam, rows, cols, track_rng)
@@ -227,7 +227,7 @@ class FlowSyntheticMap(grain.transforms.RandomMap):
 
   def __init__(self, cfg):
     self._cfg = cfg
-    self._scene = flow_scene.FlowSceneConfig()
+    self._scene = flow_scenes.FlowSceneConfig()
     self._stream = STREAMS[cfg.split]
 
   def random_map(self, index, rng: np.random.Generator):

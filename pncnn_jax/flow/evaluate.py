@@ -23,15 +23,15 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pncnn_jax import from_config, losses
-from pncnn_jax.checkpoints import manager as checkpointing
-from pncnn_jax.flow import dataset as flow_synthetic
+from pncnn_jax.checkpoints import manager
+from pncnn_jax.flow import dataset as flow_dataset
 from pncnn_jax.flow import metrics as flow_metrics
-from pncnn_jax.flow import model as flow
+from pncnn_jax.flow import model as flow_model
 from pncnn_jax.flow import viz as flow_viz
 from pncnn_jax.nn import layers
 from pncnn_jax.runtime import run_files, sharding
 
-Predictor = Callable[[Mapping[str, np.ndarray]], flow.FlowOutput]
+Predictor = Callable[[Mapping[str, np.ndarray]], flow_model.FlowOutput]
 UNITS = {"epe": "px", "rmse": "px", "outliers": "%", "track_epe": "px", "nll": "nats"}
 TABLE_ORDER = ("epe", "rmse", "outliers", "ause_epe", "nll", "auroc_corrupted", "auroc_gross", "auroc_aperture",
                "auroc_swap", "auroc_reflection", "c0_corrupted", "c0_clean", "num_images")
@@ -52,12 +52,12 @@ class FlowEvalResult:
 
 
 @functools.lru_cache(maxsize=16)
-def _apply_fn(model: flow.FlowPNCNN):
+def _apply_fn(model: flow_model.FlowPNCNN):
   """One jitted eval-mode apply per model (reused across validations: no recompilation)."""
   return jax.jit(lambda v, s: model.apply(v, s, train=False))
 
 
-def model_predictor(model: flow.FlowPNCNN, variables: Mapping[str, Any], mesh: Mesh | None = None) -> Predictor:
+def model_predictor(model: flow_model.FlowPNCNN, variables: Mapping[str, Any], mesh: Mesh | None = None) -> Predictor:
   """`predict(batch)` of a flow model in eval mode, jitted once, data-parallel over `mesh` (padded batches)."""
   mesh = sharding.make_mesh() if mesh is None else mesh
   variables = sharding.replicate(variables, mesh)
@@ -103,14 +103,14 @@ def gaussian_nc_predictor(sigma_px: float = 4.0, radius: int = 12) -> Predictor:
   @jax.jit
   def fn(sparse):
     m = sparse[..., -1:]
-    xs, cs = flow.fold_channels(sparse[..., :-1] * m), jnp.tile(m, (sparse.shape[-1] - 1, 1, 1, 1))
+    xs, cs = flow_model.fold_channels(sparse[..., :-1] * m), jnp.tile(m, (sparse.shape[-1] - 1, 1, 1, 1))
     num, den = blur(xs), blur(cs)  # xs is zero off the tracks: conv(m x, g)
     x, c = num / (den + layers.NCONV_EPS), den / float(g.sum() ** 2)
-    return flow.unfold_channels(x, sparse.shape[-1] - 1), c[:sparse.shape[0]], m
+    return flow_model.unfold_channels(x, sparse.shape[-1] - 1), c[:sparse.shape[0]], m
 
   def predict(batch):
     f, c, m = (np.asarray(a) for a in fn(jnp.asarray(batch["sparse"], jnp.float32)))
-    return flow.FlowOutput(flow=f, confidence=c, input_confidence=m, nconv_confidence=c)
+    return flow_model.FlowOutput(flow=f, confidence=c, input_confidence=m, nconv_confidence=c)
 
   return predict
 
@@ -154,7 +154,7 @@ def run_flow_evaluation(predict: Predictor, batches: Iterable[Mapping[str, np.nd
                      "corrupted": np.asarray(batch.get("corrupted", sparse[..., :1] < 0))[j, ..., 0],
                      "input_confidence": np.asarray(out.input_confidence)[j, ..., 0], "flow": pred[j],
                      "target": target[j], "uncertainty": unc[j], "epe": np.where(valid[j], epe[j], np.nan)})
-  res = acc.result(flow_synthetic.FAILURES)
+  res = acc.result(flow_dataset.FAILURES)
   sp = res.pop("sparsification")
   return FlowEvalResult(metrics=res, sparsification=sp, panels=panels)
 
@@ -178,9 +178,9 @@ def load_flow_checkpoint(config, workdir: str | None, checkpoint: str = "best"):
   if checkpoint in ("best", "latest"):
     if not workdir:
       raise ValueError(f"--checkpoint={checkpoint} needs --workdir (the training run)")
-    variables, meta = checkpointing.restore_variables(workdir, step=checkpoint)
+    variables, meta = manager.restore_variables(workdir, step=checkpoint)
   else:
-    variables, meta = checkpointing.restore_variables(checkpoint)
+    variables, meta = manager.restore_variables(checkpoint)
   if meta.get("variant") not in (None, config.variant):
     raise ValueError(f"--checkpoint={checkpoint} holds variant {meta.get('variant')!r}, not {config.variant!r}")
   settings = from_config.model_settings(meta.get("config") or config)

@@ -51,7 +51,7 @@ from pncnn_jax import losses
 from pncnn_jax.checkpoints import loader
 from pncnn_jax.data import synthetic
 from pncnn_jax.ensemble import fusion
-from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models
 
 MULTIPLE = 8  # three 2x2 poolings
@@ -134,7 +134,7 @@ def _forward(model: models.PNCNN, loss: str, rule: str | None, scales: tuple[flo
                      f"with {loss!r}")
 
   def fused(variables, sparse):
-    out = ensemble.apply_ensemble(model, variables, sparse)
+    out = ensemble_members.apply_ensemble(model, variables, sparse)
     prec = losses.precision_of(out.confidence, loss)
     prec = prec if scales is None else fusion.scale_precision(prec, jnp.asarray(scales, prec.dtype))
     depth, fused_prec = fusion.fuse(out.depth, prec, rule)
@@ -233,7 +233,7 @@ class Completer:
       return cls(first.build_model(), first.variables, loss=first.loss, input_range_m=input_range,
                  multiple=multiple, name=title)
     rule = fusion or "weighted_mean"
-    return cls(first.build_model(), ensemble.stack_trees([m.variables for m in members]), loss=first.loss,
+    return cls(first.build_model(), ensemble_members.stack_trees([m.variables for m in members]), loss=first.loss,
                input_range_m=input_range, multiple=multiple, fusion_rule=rule, precision_scales=precision_scales,
                name=f"ensemble of {len(names)} {first.variant} fused by {rule}")
 

@@ -9,7 +9,7 @@ import sys
 from absl import flags
 
 # Appended to train.py's and eval.py's docstrings, which absl prints for --help. Kept in step with
-# models.VARIANTS, configs/ and configs/base.py by tests/test_cli.py (no jax import for --help).
+# models.VARIANTS, configs/ and configs/base.py by tests/test_commands.py (no jax import for --help).
 CONFIG_FILES = ("synthetic", "kitti", "nyu", "ensemble_synthetic", "flow_synthetic")
 VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est", "depth_pred",
             "laplace", "pncnn_beta", "sparse_var")

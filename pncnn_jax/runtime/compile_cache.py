@@ -5,7 +5,7 @@ and every resume; with the cache, a program compiled once is loaded from disk (d
 time"). jax keys each entry on the program, the jax and XLA versions, the flags and the machine, so a stale entry
 is never used.
 
-Nothing is written outside the places the user named: `train.train_and_evaluate` calls `enable(workdir)` once
+Nothing is written outside the places the user named: `training.loop.train_and_evaluate` calls `enable(workdir)` once
 the workdir is accepted, which puts the cache in `<workdir>/jax_cache` unless
 
   - JAX_COMPILATION_CACHE_DIR is set (the user's folder wins; `python -m pncnn_jax.experiments.reproduce` sets it to its

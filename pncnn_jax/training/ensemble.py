@@ -29,7 +29,7 @@ import optax
 
 from pncnn_jax import data
 from pncnn_jax.ensemble.members import ensemble_size, member_map
-from pncnn_jax.training import step as ts
+from pncnn_jax.training import step as training_step
 
 Array = jax.Array
 PyTree = Any
@@ -92,15 +92,17 @@ class MemberBatches:
     return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=self._threads, prefetch_buffer_size=4)))
 
 
-def create_ensemble_state(model, variables: PyTree, tx: optax.GradientTransformation) -> ts.TrainState:
+def create_ensemble_state(model, variables: PyTree, tx: optax.GradientTransformation) -> training_step.TrainState:
   """A TrainState whose step (K,), params, opt_state (vmapped `tx.init`) and batch_stats lead with K."""
   k = ensemble_size(variables)
-  return ts.TrainState(step=jnp.zeros((k,), jnp.int32), apply_fn=model.apply, params=variables["params"], tx=tx,
-                       opt_state=jax.vmap(tx.init)(variables["params"]),
-                       batch_stats=variables.get("batch_stats", {}))
+  return training_step.TrainState(step=jnp.zeros((k,), jnp.int32), apply_fn=model.apply, params=variables["params"],
+                                  tx=tx,
+                                  opt_state=jax.vmap(tx.init)(variables["params"]),
+                                  batch_stats=variables.get("batch_stats", {}))
 
 
-def ensemble_train_step(state: ts.TrainState, batch: Mapping[str, Array], *, loss_name: str, method: str = "vmap"):
+def ensemble_train_step(state: training_step.TrainState, batch: Mapping[str, Array], *, loss_name: str,
+                        method: str = "vmap"):
   """`train_step` mapped over the members (`member_map`: vmap or lax.map): state leaves (K, ...), batch
   (K, B, H, W, 1) -> (state, metrics (K,)). Member k's result is exactly `train_step` on its own state and batch."""
-  return member_map(functools.partial(ts.train_step, loss_name=loss_name), method)(state, dict(batch))
+  return member_map(functools.partial(training_step.train_step, loss_name=loss_name), method)(state, dict(batch))

@@ -8,8 +8,8 @@ training amplifies those last-bit differences (1- and 2-device runs of the same 
 steps). A run is bit-reproducible on the same device count, platform and version.
 
 A config with an `ensemble` block (configs/ensemble_synthetic.py) trains K members in the same loop: the state
-carries a leading member axis, the step is `ensemble_train.ensemble_train_step` (the single-model step vmapped over
-the members), and the batches come from `ensemble_train.MemberBatches` (member k on its own subset); validation
+carries a leading member axis, the step is `training_ensemble.ensemble_train_step` (the single-model step vmapped over
+the members), and the batches come from `training_ensemble.MemberBatches` (member k on its own subset); validation
 evaluates every member and fusion rule, and the best checkpoint is the one with the lowest validation RMSE of
 `config.ensemble.select_rule`.
 
@@ -29,7 +29,7 @@ latest step that cannot be restored (a truncated file) stops the run with one li
 intact step; `allow_fallback` (train.py --allow_fallback) resumes from that step instead, setting the later ones
 aside (`<step>.unrestorable`). Rerunning a finished run changes nothing and says where its results are.
 After every step the loss, the gradients (and their norm), the parameters (and their norm) and the BatchNorm
-statistics are checked (`train_step.state_is_finite`); a failure, or non-finite validation predictions, stops the
+statistics are checked (`training_step.state_is_finite`); a failure, or non-finite validation predictions, stops the
 run with `FloatingPointError` before anything is saved, so every checkpoint passes the check and the latest is the
 last good state. A checkpoint that fails it (written by an older version) is refused on resume, with the steps to
 resume from instead.
@@ -56,20 +56,14 @@ from jax.sharding import Mesh
 
 from pncnn_jax import data, evaluate, from_config
 from pncnn_jax.checkpoints import identity as identity_lib
-from pncnn_jax.checkpoints import manager as checkpointing
-from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.checkpoints import manager
+from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models, prng
 from pncnn_jax.runtime import compile_cache, run_files, sharding
-from pncnn_jax.training import ensemble as ensemble_train
-from pncnn_jax.training import step as ts
+from pncnn_jax.training import ensemble as training_ensemble
+from pncnn_jax.training import step as training_step
 
 log = logging.getLogger(__name__)
-
-# Names kept here for existing callers (notebooks, scripts); they live in pncnn_jax.from_config and
-# pncnn_jax.runtime.sharding.
-load_config, variant_loss, data_config, steps_per_epoch = (from_config.load_config, from_config.variant_loss,
-                                                           from_config.data_config, from_config.steps_per_epoch)
-make_mesh, shard_batch, replicate = sharding.make_mesh, sharding.shard_batch, sharding.replicate
 
 # --------------------------------------------------------------------------------------------------------------
 # State
@@ -79,8 +73,8 @@ make_mesh, shard_batch, replicate = sharding.make_mesh, sharding.shard_batch, sh
 def _schedule_and_optimizer(lr: float, spe: int, decay_epochs: int, factor: float, clip_norm: float):
   """The StepLR schedule and Adam, one object per setting: the optimizer is a static part of the TrainState, so a
   new one would make the jitted step recompile (e.g. when a run resumes in the same process)."""
-  schedule = ts.step_lr_schedule(lr, spe, decay_epochs, factor)
-  return schedule, ts.make_optimizer(schedule, clip_norm)
+  schedule = training_step.step_lr_schedule(lr, spe, decay_epochs, factor)
+  return schedule, training_step.make_optimizer(schedule, clip_norm)
 
 
 def _schedule_settings(config: ml_collections.ConfigDict, spe: int) -> tuple[float, int, int, float]:
@@ -103,21 +97,23 @@ def _jitted_init(model: models.PNCNN):
   return jax.jit(lambda key: model.init(prng.init_key(key), jnp.zeros(shape, jnp.float32), train=False))
 
 
-def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.TrainState:
+def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> training_step.TrainState:
   """The initial TrainState of a single model (params from `config.seed`, Adam with the StepLR schedule)."""
   model = from_config.build_model(config)
   variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
-  state = ts.create_train_state(model, variables, ts.make_step_lr_optimizer(_clip_norm(config)), config.seed,
-                                lr_schedule=ts.step_lr_values(*_schedule_settings(config, steps_per_epoch)))
+  state = training_step.create_train_state(model, variables, training_step.make_step_lr_optimizer(_clip_norm(config)),
+                                           config.seed,
+                                           lr_schedule=training_step.step_lr_values(*_schedule_settings(config,
+                                                                                                        steps_per_epoch)))
   return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
 
 
-def init_ensemble_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> ts.TrainState:
+def init_ensemble_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> training_step.TrainState:
   """The initial stacked TrainState of an ensemble: member k from seed `from_config.member_seeds(config)[k]`."""
   model = from_config.build_model(config)
   hw = (config.data.train_crop_height, config.data.train_crop_width)
-  variables = ensemble.init_ensemble(model, from_config.member_seeds(config), hw)
-  return ensemble_train.create_ensemble_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
+  variables = ensemble_members.init_ensemble(model, from_config.member_seeds(config), hw)
+  return training_ensemble.create_ensemble_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -134,19 +130,20 @@ def _jit_step(fn: Callable, mesh: Mesh, batch_axis: int):
 @functools.lru_cache(maxsize=16)
 def make_train_step(loss_name: str, mesh: Mesh):
   """`train_step` jitted for the mesh: state replicated (donated), batch sharded on 'data'."""
-  return _jit_step(functools.partial(ts.train_step, loss_name=loss_name), mesh, 0)
+  return _jit_step(functools.partial(training_step.train_step, loss_name=loss_name), mesh, 0)
 
 
 @functools.lru_cache(maxsize=16)
 def make_train_steps(loss_name: str, mesh: Mesh):
-  """`train_step.train_steps` (n steps per call) jitted for the mesh: batches (n, B, ...) sharded along B."""
-  return _jit_step(functools.partial(ts.train_steps, loss_name=loss_name), mesh, 1)
+  """`training_step.train_steps` (n steps per call) jitted for the mesh: batches (n, B, ...) sharded along B."""
+  return _jit_step(functools.partial(training_step.train_steps, loss_name=loss_name), mesh, 1)
 
 
 @functools.lru_cache(maxsize=16)
 def make_ensemble_train_step(loss_name: str, mesh: Mesh, method: str = "vmap"):
-  """`ensemble_train.ensemble_train_step` jitted for the mesh: member batches (K, B, ...) sharded along B."""
-  return _jit_step(functools.partial(ensemble_train.ensemble_train_step, loss_name=loss_name, method=method), mesh, 1)
+  """`training_ensemble.ensemble_train_step` jitted for the mesh: member batches (K, B, ...) sharded along B."""
+  return _jit_step(functools.partial(training_ensemble.ensemble_train_step, loss_name=loss_name, method=method), mesh,
+                   1)
 
 
 def next_boundary(done: int, *, every: list[int], last: int) -> int:
@@ -166,13 +163,14 @@ def steps_in_call(done: int, steps_per_call: int, boundary: int) -> int:
 # Validation
 
 
-def validate(config: ml_collections.ConfigDict, state: ts.TrainState, mesh: Mesh,
+def validate(config: ml_collections.ConfigDict, state: training_step.TrainState, mesh: Mesh,
              eval_fn=None) -> evaluate.EvalResult:
   """Evaluates a single model's state (eval mode) on the config's validation split (the first
   `num_eval_batches`)."""
   model = from_config.build_model(config)
   return evaluate.run_evaluation(
-      model, ts.variables_of(state), from_config.eval_iterator(config), loss_name=from_config.variant_loss(config),
+      model, training_step.variables_of(state), from_config.eval_iterator(config),
+                                 loss_name=from_config.variant_loss(config),
       metric_set=config.metrics, mesh=mesh, max_batches=config.num_eval_batches,
       eval_fn=eval_fn or evaluate.make_eval_fn(model, config.metrics))
 
@@ -188,12 +186,12 @@ class _Job:
   ((row for metrics.jsonl, the summary to return)), the checkpoint metadata `extra_meta()` and the restore
   check `on_restore(meta)`."""
 
-  state: ts.TrainState
+  state: training_step.TrainState
   steps_per_call: int
   next_batch: Callable[[int], dict[str, jax.Array]]
   step: Callable[[int], Callable]
   flat: Callable[[Mapping[str, np.ndarray]], dict[str, float]]
-  validate: Callable[[ts.TrainState], tuple[dict[str, Any], dict[str, Any]]]
+  validate: Callable[[training_step.TrainState], tuple[dict[str, Any], dict[str, Any]]]
   extra_meta: Callable[[], dict[str, Any]]
   on_restore: Callable[[dict[str, Any], int], None]
   start_at: Callable[[int], None]
@@ -231,13 +229,13 @@ def _ensemble_job(config, mesh: Mesh, spe: int, loss_name: str, workdir: pathlib
   if from_config.steps_per_call(config) != 1:
     raise ValueError("config.steps_per_call: ensembles run one step per call (-1 or 1)")
   per_host = config.batch_size // jax.process_count()
-  source = ensemble_train.MemberBatches(from_config.data_config(config, "train", batch_size=1, num_epochs=1), seeds,
+  source = training_ensemble.MemberBatches(from_config.data_config(config, "train", batch_size=1, num_epochs=1), seeds,
                                   fraction, per_host)
   total = spe * int(config.num_epochs)
   it = {}
 
   def validate_state(state):
-    rows = ensemble.evaluate_ensemble_config(config, ts.variables_of(state))
+    rows = ensemble_members.evaluate_ensemble_config(config, training_step.variables_of(state))
     return dict(rows[e.select_rule]), {"val": dict(rows[e.select_rule]), "rows": rows}
 
   def on_restore(meta, latest):
@@ -262,10 +260,10 @@ def _ensemble_job(config, mesh: Mesh, spe: int, loss_name: str, workdir: pathlib
 
 
 # One program, not one eager dispatch (and one tiny compile) per leaf shape and operation: ~70 of them for pNCNN.
-_state_is_finite = jax.jit(ts.state_is_finite)
+_state_is_finite = jax.jit(training_step.state_is_finite)
 
 
-def _last_good(ckpt: checkpointing.Checkpointer) -> str:
+def _last_good(ckpt: manager.Checkpointer) -> str:
   """What a divergence message tells the user: the last good step and how to go on."""
   steps = ckpt.all_steps()
   if not steps:
@@ -275,8 +273,8 @@ def _last_good(ckpt: checkpointing.Checkpointer) -> str:
           f"step folders under {ckpt.directory} (kept steps: {steps}).")
 
 
-def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], config, workdir: pathlib.Path,
-            mesh: Mesh, allow_fallback: bool = False) -> tuple[_Job, ts.TrainState]:
+def _resume(ckpt: manager.Checkpointer, make_job: Callable[[], _Job], config, workdir: pathlib.Path,
+            mesh: Mesh, allow_fallback: bool = False) -> tuple[_Job, training_step.TrainState]:
   """(job, the latest checkpoint's state), once its metadata says it was trained as `config` says (checked before
   the job is built) and its values are finite; without a checkpoint, (job, the initial state replicated). A latest
   step that cannot be restored is a CheckpointCorruptError, or with `allow_fallback` the newest intact step is
@@ -290,9 +288,9 @@ def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], conf
   job = make_job()
   if latest is None:
     return job, sharding.replicate(job.state, mesh)
-  target = checkpointing.abstract_like(ts.state_to_tree(job.state), sharding.replicated(mesh))
+  target = manager.abstract_like(training_step.state_to_tree(job.state), sharding.replicated(mesh))
   tree, meta = ckpt.restore(latest, target=target, allow_fallback=allow_fallback)
-  state = ts.tree_to_state(job.state, tree)
+  state = training_step.tree_to_state(job.state, tree)
   restored = int(np.ravel(np.asarray(jax.device_get(state.step)))[0])
   if restored != latest:  # --allow_fallback: the later steps cannot be restored; make room to save them again
     moved = ckpt.set_aside([s for s in ckpt.all_steps() if s > restored]) if jax.process_index() == 0 else []
@@ -310,7 +308,7 @@ def _resume(ckpt: checkpointing.Checkpointer, make_job: Callable[[], _Job], conf
   return job, state
 
 
-def _finished(ckpt: checkpointing.Checkpointer, config, workdir: pathlib.Path, total_steps: int
+def _finished(ckpt: manager.Checkpointer, config, workdir: pathlib.Path, total_steps: int
               ) -> dict[str, Any] | None:
   """For a run whose latest checkpoint is its last step: {'step', 'finished': True, 'val' (its last validation
   row of metrics.jsonl, if any), 'best_step', 'results' (where they are)}; else None."""
@@ -387,7 +385,7 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
   spe = from_config.steps_per_epoch(config)
   total_steps = spe * config.num_epochs
   schedule = _schedule_and_tx(config, spe)[0]
-  ckpt = checkpointing.Checkpointer(workdir, max_to_keep=config.max_to_keep, keep_best=True, best_metric="rmse")
+  ckpt = manager.Checkpointer(workdir, max_to_keep=config.max_to_keep, keep_best=True, best_metric="rmse")
   try:
     done = _finished(ckpt, config, workdir, total_steps)
     if done is not None:
@@ -467,10 +465,10 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
           bar.write(f"[{config.variant}] step {done}: val " + ", ".join(
               f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn") if isinstance(val.get(k), float)))
         if done not in ckpt.all_steps():
-          ckpt.save(done, ts.state_to_tree(state), metadata(done), metrics={"rmse": val["rmse"]}
+          ckpt.save(done, training_step.state_to_tree(state), metadata(done), metrics={"rmse": val["rmse"]}
                     if isinstance(val.get("rmse"), float) and math.isfinite(val["rmse"]) else None)
       elif config.checkpoint_every_steps > 0 and done % config.checkpoint_every_steps == 0:
-        ckpt.save(done, ts.state_to_tree(state), metadata(done))
+        ckpt.save(done, training_step.state_to_tree(state), metadata(done))
   finally:
     if bar is not None:
       bar.close()
@@ -478,5 +476,5 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
     ckpt.close()
     writer.close()
   if is_ensemble and is_main and summary.get("step") == total_steps:
-    ensemble.write_ensemble_eval(summary["rows"], workdir, config.metrics)
+    ensemble_members.write_ensemble_eval(summary["rows"], workdir, config.metrics)
   return summary

@@ -11,25 +11,26 @@ import numpy as np
 import pytest
 
 from pncnn_jax import from_config, losses
-from pncnn_jax.baselines import losses as base_losses
-from pncnn_jax.baselines import model as s2d
+from pncnn_jax.baselines import losses as baselines_losses
+from pncnn_jax.baselines import model as baselines_model
 from pncnn_jax.baselines import predictive
 from pncnn_jax.ensemble import members
-from pncnn_jax.training import step as ts
+from pncnn_jax.training import step as training_step
 
-LOSS = base_losses.LOSS_NAME
+LOSS = baselines_losses.LOSS_NAME
 
 
 def test_parameter_count_without_compiling():
-  assert s2d.param_count(s2d.SparseToDense()) == s2d.PARAMS_RESNET18 == 13_675_394
-  assert s2d.param_count(s2d.SparseToDense(stage_blocks=s2d.RESNET34)) == s2d.PARAMS_RESNET34
+  assert baselines_model.param_count(baselines_model.SparseToDense()) == baselines_model.PARAMS_RESNET18 == 13_675_394
+  resnet34 = baselines_model.SparseToDense(stage_blocks=baselines_model.RESNET34)
+  assert baselines_model.param_count(resnet34) == baselines_model.PARAMS_RESNET34
   # the variants resolve through the core's registry (the extension loads on the miss)
   config = {"variant": "s2d_mcdropout", "model": {"mask_input_confidence": False, "nconv_init": "published"}}
   model = from_config.build_model(config)
-  assert isinstance(model, s2d.SparseToDense) and model.dropout_rate == 0.5
+  assert isinstance(model, baselines_model.SparseToDense) and model.dropout_rate == 0.5
   assert from_config.variant_loss(config) == LOSS and losses.is_probabilistic(LOSS)
   with pytest.raises(ValueError, match="mask_input_confidence"):
-    s2d.build_baseline("s2d", mask_input_confidence=True)
+    baselines_model.build_baseline("s2d", mask_input_confidence=True)
 
 
 def test_loss_by_hand():
@@ -37,7 +38,7 @@ def test_loss_by_hand():
   pred = jnp.array([1.0, 2.0, 5.0]).reshape(1, 1, 3, 1)
   target = jnp.array([2.0, 2.0, 0.0]).reshape(1, 1, 3, 1)
   s = jnp.array([np.log(4.0), 0.0, 100.0]).reshape(1, 1, 3, 1)
-  assert float(base_losses.gaussian_nll_logvar(pred, s, target)) == pytest.approx((4 - np.log(4.0)) / 2, rel=1e-6)
+  assert float(baselines_losses.gaussian_nll_logvar(pred, s, target)) == pytest.approx((4 - np.log(4.0)) / 2, rel=1e-6)
   assert losses.precision_of(np.array([np.log(4.0)]), LOSS)[0] == pytest.approx(4.0)
 
 
@@ -52,7 +53,7 @@ def test_predictive_variance_by_hand():
 @pytest.fixture(scope="module")
 def tiny():
   """An MC-Dropout network (one block per stage), random variables, and a 1 x 32 x 64 sparse input."""
-  model = s2d.SparseToDense(stage_blocks=(1, 1, 1, 1), dropout_rate=s2d.DROPOUT_RATE)
+  model = baselines_model.SparseToDense(stage_blocks=(1, 1, 1, 1), dropout_rate=baselines_model.DROPOUT_RATE)
   rng = np.random.default_rng(0)
   sparse = (rng.uniform(2, 40, (1, 32, 64, 1)) * (rng.uniform(size=(1, 32, 64, 1)) < 0.2)).astype(np.float32)
   shapes = jax.eval_shape(lambda k: model.init(k, jnp.zeros((1, 32, 64, 1))), jax.random.key(0))
@@ -103,9 +104,10 @@ def test_evaluate_prefixes_fuses_the_first_members(tiny):
 
 def test_train_state_draws_a_dropout_key_per_step(tiny):
   model, variables, sparse = tiny
-  state = ts.create_train_state(model, variables, ts.make_optimizer(1e-3), dropout_seed=3)
-  assert state.dropout_key is not None and ts.dropout_rngs(state.replace(dropout_key=None)) == {}
-  k0, k1 = (ts.dropout_rngs(state.replace(step=jnp.asarray(t)))["dropout"] for t in (0, 1))
+  state = training_step.create_train_state(model, variables, training_step.make_optimizer(1e-3), dropout_seed=3)
+  assert state.dropout_key is not None and training_step.dropout_rngs(state.replace(dropout_key=None)) == {}
+  k0, k1 = (training_step.dropout_rngs(state.replace(step=jnp.asarray(t)))["dropout"] for t in (0, 1))
   assert not np.array_equal(jax.random.key_data(k0), jax.random.key_data(k1))
-  plain = ts.create_train_state(s2d.build_baseline("s2d"), variables, ts.make_optimizer(1e-3))
+  plain = training_step.create_train_state(baselines_model.build_baseline("s2d"), variables,
+                                           training_step.make_optimizer(1e-3))
   assert plain.dropout_key is None  # no dropout, no key: the other models' steps are unchanged

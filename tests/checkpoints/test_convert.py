@@ -28,8 +28,7 @@ from torch_fakes import (
   write_crafted_stride_zero,
 )
 
-from pncnn_jax.checkpoints import convert
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import convert, manager
 from pncnn_jax.nn import layers, models
 
 from conftest import GOLDEN, REFERENCE, REPO, WEIGHTS, load_npz, nchw_to_nhwc
@@ -326,7 +325,7 @@ def test_cli_writes_a_restorable_checkpoint(shared_dir, checkpoints_info, tmp_pa
   assert convert.main(["--input", str(src), "--output", str(out_dir)]) == 0
   printed = capsys.readouterr().out
   assert str(out_dir) in printed and "ncnn_conf_l2" in printed
-  restored, meta = checkpointing.restore_variables(out_dir)
+  restored, meta = manager.restore_variables(out_dir)
   expected, _ = convert.load_official(src)
   flat_r, flat_e = flatten(restored), flatten(expected)
   assert flat_r.keys() == flat_e.keys()
@@ -461,6 +460,6 @@ def test_convert_refuses_a_variant_its_args_contradict(shared_dir, tmp_path, cap
   assert not (tmp_path / "a").exists()
   assert convert.main(["--input", str(src), "--output", str(tmp_path / "b"), "--variant", "ncnn_conf_l1",
                        "--allow_mismatch"]) == 0
-  _, meta = checkpointing.restore_variables(tmp_path / "b")
+  _, meta = manager.restore_variables(tmp_path / "b")
   assert (meta["variant"], meta["loss"], meta["dataset"], meta["input_scale"]) == ("ncnn_conf_l1", "masked_l2",
                                                                                    "kitti_depth", 1.0)

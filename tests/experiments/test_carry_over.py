@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from pncnn_jax.experiments import carry_over as carry
-from pncnn_jax.experiments import reproduce
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import carry_over, reproduce
+from pncnn_jax.experiments import runs as runs_lib
 
 from conftest import REPO
 
@@ -17,7 +16,7 @@ def _carry_file(tmp_path, **changes):
   runs = {n: long["runs"][n] for n in ("ncnn", "ncnn_conf_l1", "ncnn_oracle_c0", "pncnn_masked")}
   runs["ncnn"] = {**runs["ncnn"], "weights_from": "pncnn_jax/pretrained/synthetic/ncnn.npz"}  # measured from weights
   runs["pncnn_masked"] = {**runs["pncnn_masked"], "eval_version": 1}  # measured differently: not carried
-  prior = {"scale": "smoke", "recipe": paper.SCALES["smoke"], "runs": runs, "fusion": None, "commit": "0123456789ab",
+  prior = {"scale": "smoke", "recipe": runs_lib.SCALES["smoke"], "runs": runs, "fusion": None, "commit": "0123456789ab",
            "date": "2026-11-20", **changes}
   path = tmp_path / "prior.json"
   path.write_text(json.dumps(prior))
@@ -27,11 +26,12 @@ def _carry_file(tmp_path, **changes):
 def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   """`reproduce --carry`: a sitting without the earlier workdir adds to the earlier results instead of replacing
   them; each carried row names the commit and date that measured it, also when carried again."""
-  from pncnn_jax.experiments import evaluate_runs as results
+  from pncnn_jax.experiments import evaluate_runs
   from pncnn_jax.experiments.pages import report
-  prior = carry.read_carry(_carry_file(tmp_path), "smoke")
-  summary = carry.add(results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False), prior, tmp_path / "wd", "smoke",
-                      evaluate=False)  # nothing trained here
+  prior = carry_over.read_carry(_carry_file(tmp_path), "smoke")
+  summary = carry_over.add(evaluate_runs.evaluate_all(tmp_path / "wd", "smoke", evaluate=False), prior,
+                           tmp_path / "wd", "smoke",
+                           evaluate=False)  # nothing trained here
   assert list(summary["runs"]) == ["ncnn", "ncnn_conf_l1", "ncnn_oracle_c0"]
   assert "evaluated by version 1, today's is 2" in capsys.readouterr().out
   assert "pncnn_masked" in summary["not_finished"] and "ncnn" not in summary["not_finished"]
@@ -48,28 +48,29 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   assert "Trained in earlier sittings, evaluated here" not in text  # the earlier page measured weights; not this one
   assert ("- (b) the learned c0 of `ncnn_conf_l1` singles out the disturbed points: **does not hold**. AUROC 0.377"
           in text)  # the claims are judged on the carried rows too
-  again = carry.add(results.evaluate_all(tmp_path / "wd", "smoke", evaluate=False),
-                    carry.read_carry(page.with_suffix(".json"), "smoke"), tmp_path / "wd", "smoke", evaluate=False)
+  again = carry_over.add(evaluate_runs.evaluate_all(tmp_path / "wd", "smoke", evaluate=False),
+                         carry_over.read_carry(page.with_suffix(".json"), "smoke"), tmp_path / "wd", "smoke",
+                         evaluate=False)
   assert again["runs"]["ncnn"]["carried_from"]["commit"] == "0123456789ab"  # the sitting that measured it
 
 
 def test_a_page_of_carried_rows_keeps_its_drawn_panel(tmp_path):
-  from pncnn_jax.experiments.pages import figures as report_figures
+  from pncnn_jax.experiments.pages import figures as pages_figures
   from pncnn_jax.experiments.pages import report
   figdir, workdir = tmp_path / "figs", tmp_path / "wd"
   figdir.mkdir()
   args = (workdir, figdir, "4 scenes", (64, 320), report.MAIN_ORDER, report.ABLATION_ORDER)
-  assert report_figures.figures({}, *args) == []  # nothing evaluated here and nothing drawn before: no panel
+  assert pages_figures.figures({}, *args) == []  # nothing evaluated here and nothing drawn before: no panel
   (figdir / "panels.png").write_bytes(b"drawn by an earlier sitting")
-  [(name, caption)] = report_figures.figures({}, *args)
-  assert name == "panels.png" and caption.startswith(report_figures.PANEL_CAPTION) and "kept, not redrawn" in caption
+  [(name, caption)] = pages_figures.figures({}, *args)
+  assert name == "panels.png" and caption.startswith(pages_figures.PANEL_CAPTION) and "kept, not redrawn" in caption
   assert "none of the runs it shows (`ncnn`, `pncnn`, `pncnn_masked`," in caption  # not 'none of the page's runs'
   assert (figdir / "panels.png").read_bytes() == b"drawn by an earlier sitting"
 
 
 @pytest.mark.parametrize("changes,error", [
     ({"scale": "long"}, "its runs are of the 'long' scale, not 'smoke'"),
-    ({"recipe": {**paper.SCALES["smoke"], "batch_size": 3}}, "trained with another 'smoke' recipe"),
+    ({"recipe": {**runs_lib.SCALES["smoke"], "batch_size": 3}}, "trained with another 'smoke' recipe"),
     ({"runs": None}, "not a results JSON of pncnn_jax.experiments.reproduce"),
 ])
 def test_carry_of_another_recipe_is_a_one_line_error(tmp_path, capsys, changes, error):

@@ -76,8 +76,10 @@ def test_fusion_table_says_what_its_calibrated_rows_are():
 def test_claims_carry_their_spread_over_seeds():
   """The pNCNN claims (b)-(d) say for how many of the 4 seeds of one recipe they hold; the seed table has the runs
   and their mean (sd). Worked by hand: the reference has AUSE 0.2, MAE 500, RMSE 2500."""
-  from pncnn_jax.experiments import claims  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.experiments import evaluate_runs as results  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments import (
+    claims,  # pylint: disable=g-import-not-at-top
+    evaluate_runs,  # pylint: disable=g-import-not-at-top
+  )
   runs = {"ncnn_conf_l1_masked": fake_run(500, 2500, 0.2, 0.9, 0.85, 0.01, 0.2),
           # seed 0: (b) no (within-decile 0.7), (c) no (0.11 > 0.1), (d) yes (+8 %, +4 %)
           "pncnn_masked": fake_run(540, 2600, 0.11, 0.9, 0.7, 0.1, 1.0),
@@ -86,7 +88,7 @@ def test_claims_carry_their_spread_over_seeds():
           "pncnn_masked_seed3": fake_run(510, 2550, 0.08, 0.81, 0.81, 0.5, 1.0)}   # (b) yes (c) yes (d) yes
   got = {c: (ok, nums) for c, ok, nums in claims.claims(runs, None)}
   b = got["(b) the learned c0 of `pncnn_masked` singles out the disturbed points"]
-  c = got[f"(c) `pncnn_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
+  c = got[f"(c) `pncnn_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {evaluate_runs.AUSE_RATIO_MAX})"]
   d = got["(d) `pncnn_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"]
   assert (b[0], c[0], d[0]) == (False, False, True)  # the verdict is seed 0's, as before
   assert b[1].endswith("it holds for 2 of 4 (table 'Spread over seeds')")
@@ -105,14 +107,15 @@ def test_claims_carry_their_spread_over_seeds():
   runs["pncnn_beta_masked_seed1"] = fake_run(600, 2400, 0.09, 0.9, 0.85, 0.05, 1.0)  # (d) no (+20 %), (c) yes
   got = {c: (ok, nums) for c, ok, nums in claims.claims(runs, None)}
   d = got["(d) `pncnn_beta_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"]
-  c = got[f"(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
+  c = got["(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s "
+          f"(ratio <= {evaluate_runs.AUSE_RATIO_MAX})"]
   assert d[0] is True and d[1].endswith(
       "over seeds 0-1 of the same recipe it holds for 1 of 2 (table 'Spread over seeds')")
   assert c[0] is False and c[1].endswith("it holds for 1 of 2 (table 'Spread over seeds')")  # no reference seeds
   runs["ncnn_conf_l1_masked_seed1"] = fake_run(500, 2500, 0.3, 0.9, 0.85, 0.01, 0.2)
   runs["ncnn_conf_l1_masked_seed2"] = fake_run(500, 2500, 0.4, 0.9, 0.85, 0.01, 0.2)
   c = {t: n for t, _, n in claims.claims(runs, None)}[
-      f"(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {results.AUSE_RATIO_MAX})"]
+      f"(c) `pncnn_beta_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= {evaluate_runs.AUSE_RATIO_MAX})"]
   # (0.12+0.09)/2, (0.2+0.3+0.4)/3
   assert c.endswith("; means over seeds 0-1 and seeds 0-2: 0.105 vs 0.300 (ratio 0.35)")
   del runs["ncnn_conf_l1_masked_seed1"], runs["ncnn_conf_l1_masked_seed2"]
@@ -131,8 +134,10 @@ def test_claims_carry_their_spread_over_seeds():
 def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   """Claim (b) counted over every seed of each recipe by its data term (absolute vs squared error), and the share of
   pNCNN's MAE gap to NCNN-Conf-L1 that the beta-NLL weights remove; worked by hand."""
-  from pncnn_jax.experiments import claims  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.experiments import evaluate_runs as results  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments import (
+    claims,  # pylint: disable=g-import-not-at-top
+    evaluate_runs,  # pylint: disable=g-import-not-at-top
+  )
   good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
   runs = {"ncnn_conf_l1_masked": fake_run(500, 2500, 0.2, *good),
           "ncnn_conf_l1_masked_seed1": fake_run(510, 2500, 0.2, *good),
@@ -181,7 +186,7 @@ def test_data_term_table_counts_claim_b_per_data_term_and_the_mae_gap():
   d = got["(d) `sparse_var_beta_detach_masked` within 10 % of `ncnn_conf_l1_masked` in MAE and RMSE"]
   assert d == (False, "MAE 552 vs 500 mm (+10.4 %), RMSE 2400 vs 2500 mm (-4.0 %)")
   assert got[f"(c) `sparse_var_beta_detach_masked` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= "
-             f"{results.AUSE_RATIO_MAX})"][0] is True  # 0.05 / 0.2
+             f"{evaluate_runs.AUSE_RATIO_MAX})"][0] is True  # 0.05 / 0.2
   runs["sparse_var_beta_detach_masked_seed1"] = fake_run(560, 2400, 0.06, *good)
   assert any(ln.startswith("- **(c) and the detached variance UNet.** AUSE (pNCNN) `pncnn_beta_masked` "
                            "0.050, 0.050; `sparse_var_beta_detach_masked` 0.050, 0.060. Detached,")

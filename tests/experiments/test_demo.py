@@ -6,20 +6,19 @@ import numpy as np
 import pytest
 
 from pncnn_jax import evaluate, from_config, pretrained
-from pncnn_jax.experiments import demo
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import demo, runs
 
 
 @pytest.mark.slow
 def test_demo_evaluates_the_shipped_ensemble_and_every_rule():
   fusion = demo.evaluate_shipped_fusion(1)  # one scene: every row and rule is checked, not the figures
-  assert fusion["members"] == list(paper.ENSEMBLE)
-  assert fusion["steps"] == {n: pretrained.load(f"synthetic:{n}")[1]["step"] for n in paper.ENSEMBLE}
+  assert fusion["members"] == list(runs.ENSEMBLE)
+  assert fusion["steps"] == {n: pretrained.load(f"synthetic:{n}")[1]["step"] for n in runs.ENSEMBLE}
   assert list(fusion["rows"]) == [f"member {k}" for k in range(4)] + ["mean", "weighted_mean", "max_confidence", "mle"]
   rows = fusion["rows"]
   assert all(np.isfinite(r["rmse"]) and r["rmse"] > 0 for r in rows.values())
   assert len({rows[f"member {k}"]["rmse"] for k in range(4)}) == 4  # four different members, not one four times
-  variables, manifest = pretrained.load(f"synthetic:{paper.ENSEMBLE[0]}")  # member 0 is that model on its own
+  variables, manifest = pretrained.load(f"synthetic:{runs.ENSEMBLE[0]}")  # member 0 is that model on its own
   config = ml_collections.ConfigDict(manifest["config"])
   alone = evaluate.run_evaluation(from_config.build_model(config), variables,
                                   iter(demo.fresh_scenes(
@@ -30,5 +29,5 @@ def test_demo_evaluates_the_shipped_ensemble_and_every_rule():
 
 
 def test_demo_skips_the_ensemble_when_a_member_is_not_shipped(monkeypatch):
-  monkeypatch.setattr(pretrained, "available", lambda dataset="synthetic", root=None: list(paper.ENSEMBLE[:3]))
+  monkeypatch.setattr(pretrained, "available", lambda dataset="synthetic", root=None: list(runs.ENSEMBLE[:3]))
   assert demo.evaluate_shipped_fusion(2) is None

@@ -10,8 +10,8 @@ import pytest
 from pncnn_jax import from_config
 from pncnn_jax.experiments.flow import report as flow_report
 from pncnn_jax.experiments.flow import reproduce as flow_reproduce
-from pncnn_jax.flow import evaluate as flow_eval
-from pncnn_jax.training import loop as train
+from pncnn_jax.flow import evaluate as flow_evaluate
+from pncnn_jax.training import loop
 
 from conftest import REPO
 
@@ -36,7 +36,7 @@ def _tiny(variant):
 def test_flow_model_trains_validates_and_evaluates(tmp_path, variant):
   config = _tiny(variant)
   workdir = tmp_path / "run"
-  summary = train.train_and_evaluate(config, workdir)
+  summary = loop.train_and_evaluate(config, workdir)
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   train_rows = [r for r in rows if r["split"] == "train"]
   assert len(train_rows) == 2 and all(math.isfinite(r["loss"]) and r["epe"] > 0 for r in train_rows)
@@ -44,13 +44,13 @@ def test_flow_model_trains_validates_and_evaluates(tmp_path, variant):
   assert summary["step"] == 2 and val["epe"] > 0 and val["rmse"] >= val["epe"] and 0 <= val["outliers"] <= 100
   assert 0 <= val["auroc_corrupted"] <= 1 and val["nll"] is not None and val["num_images"] == 2
   # eval.py's path: the best checkpoint (the only one) on the same split gives the validation's numbers.
-  result, paths = flow_eval.evaluate_flow_checkpoint(config, str(workdir), "best", output_dir=str(tmp_path / "ev"))
+  result, paths = flow_evaluate.evaluate_flow_checkpoint(config, str(workdir), "best", output_dir=str(tmp_path / "ev"))
   for k in ("epe", "rmse", "outliers", "ause_epe", "auroc_corrupted", "nll"):
     assert result.metrics[k] == pytest.approx(val[k], rel=1e-5), k
   assert json.loads((tmp_path / "ev" / "results.json").read_text())["results"]["epe"] == pytest.approx(val["epe"])
   assert {"panels", "sparsification", "md"} <= set(paths)
   with pytest.raises(ValueError, match="holds variant 'flow_pncnn', not 'flow_ncnn'"):
-    flow_eval.load_flow_checkpoint(_tiny("flow_ncnn"), str(workdir), "latest")
+    flow_evaluate.load_flow_checkpoint(_tiny("flow_ncnn"), str(workdir), "latest")
 
 
 def test_baselines_interpolate_exactly_and_the_oracle_drops_the_failed_tracks():
@@ -62,8 +62,8 @@ def test_baselines_interpolate_exactly_and_the_oracle_drops_the_failed_tracks():
   sparse[0, 8, 12] = [40.0, 40.0, 1.0]
   corrupted = np.zeros((1, 16, 16, 1), bool)
   corrupted[0, 8, 12] = True
-  nc = flow_eval.gaussian_nc_predictor(3.0, 9)
-  out = flow_eval.oracle_predictor(nc)({"sparse": sparse, "corrupted": corrupted})
+  nc = flow_evaluate.gaussian_nc_predictor(3.0, 9)
+  out = flow_evaluate.oracle_predictor(nc)({"sparse": sparse, "corrupted": corrupted})
   np.testing.assert_allclose(out.flow[0, 2:14, 2:14], np.broadcast_to([2.0, -1.0], (12, 12, 2)), rtol=1e-5)
   assert np.abs(nc({"sparse": sparse}).flow[0, 8, 11] - [2.0, -1.0]).max() > 5.0  # without the oracle it leaks in
 
@@ -88,11 +88,11 @@ def test_convergence_rule_and_claims(tmp_path):
 
 
 def test_flow_configs_load_every_variant_and_are_cpu_sized():
-  from pncnn_jax.flow import model as flow  # pylint: disable=g-import-not-at-top
-  for variant, spec in flow.FLOW_VARIANTS.items():
+  from pncnn_jax.flow import model as flow_model  # pylint: disable=g-import-not-at-top
+  for variant, spec in flow_model.FLOW_VARIANTS.items():
     c = from_config.load_config(f"{REPO}/configs/flow_synthetic.py:{variant}")
     assert c.variant == variant and from_config.variant_loss(c) == spec.loss and c.metrics == "flow"
     assert c.data.dataset == "flow_synthetic" and c.data.train_crop_height * c.data.train_crop_width <= 128 * 384
-    assert isinstance(from_config.build_model(c), flow.FlowPNCNN)
+    assert isinstance(from_config.build_model(c), flow_model.FlowPNCNN)
   with pytest.raises(ValueError, match="unknown variant 'flow_pncn'"):
     from_config.load_config(f"{REPO}/configs/flow_synthetic.py:flow_pncn")

@@ -4,7 +4,7 @@ shipped models."""
 import json
 
 from pncnn_jax import pretrained
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import runs as runs_lib
 
 from conftest import REPO
 
@@ -95,21 +95,21 @@ def test_long_page_puts_the_runs_retrained_longer_into_its_claims(tmp_path):
 def test_longer_scale_trains_only_the_runs_it_is_for():
   """Without --only, the longer scale trains the runs of paper.SCALE_RUNS (not all 31 for 10000 steps); every other
   scale trains all; --only still picks any run."""
-  assert [r.name for r in paper.select("", "longer")] == ["ncnn_conf_l2", "pncnn_masked", "pncnn_exp"]
-  assert paper.select("", "long") == paper.select("") == list(paper.RUNS)
-  assert [r.name for r in paper.select("ncnn", "longer")] == ["ncnn"]
-  assert all(n in paper.RUNS_BY_NAME for names in paper.SCALE_RUNS.values() for n in names)
+  assert [r.name for r in runs_lib.select("", "longer")] == ["ncnn_conf_l2", "pncnn_masked", "pncnn_exp"]
+  assert runs_lib.select("", "long") == runs_lib.select("") == list(runs_lib.RUNS)
+  assert [r.name for r in runs_lib.select("ncnn", "longer")] == ["ncnn"]
+  assert all(n in runs_lib.RUNS_BY_NAME for names in runs_lib.SCALE_RUNS.values() for n in names)
 
 
 def test_longer_page_is_about_its_runs_only(tmp_path):
   """docs/RESULTS_LONGER.md: the long page's claims with its runs in place (no 'not measured yet' claims of the
   runs it does not train), each run 5000 -> 10000, how a run was trained when its folder says so, and as not
   included only its own runs not finished; its figures start with the validation curves at both lengths."""
-  from pncnn_jax.experiments.pages import figures as report_figures
+  from pncnn_jax.experiments.pages import figures as pages_figures
   from pncnn_jax.experiments.pages import report
   curve = lambda n, lo: [[s, lo + 1000 * 250 / s, lo / 4 + 100 * 250 / s] for s in range(250, n + 1, 250)]  # noqa
   short = lambda r, n, lo: r | {"step": n, "convergence": r["convergence"] | {"val_curve": curve(n, lo)}}  # noqa
-  long = {"scale": "long", "date": "2026-11-27", "commit": "0123456789abcdef", "recipe": paper.SCALES["long"],
+  long = {"scale": "long", "date": "2026-11-27", "commit": "0123456789abcdef", "recipe": runs_lib.SCALES["long"],
           "runs": {"ncnn_conf_l1_masked": short(_table_run(500, 2600, 0.5, 0.1, 0.9, True), 5000, 2500),
                    "pncnn_masked": short(_table_run(700, 3000, 0.07, 0.2, 0.6, False), 5000, 2900),
                    "ncnn_conf_l2": short(_table_run(660, 2320, 0.56, 0.1, 0.8, False), 5000, 2200)}}
@@ -117,11 +117,11 @@ def test_longer_page_is_about_its_runs_only(tmp_path):
   runs = {"pncnn_masked": short(_table_run(540, 2700, 0.06, 0.1, 0.85, True), 10000, 2600)
           | {"trained_by": "Resumed from the long run's step-3500 checkpoint."},
           "ncnn_conf_l2": short(_table_run(600, 2250, 0.5, 0.1, 0.82, True), 10000, 2100)}
-  summary = {"scale": "longer", "recipe": paper.SCALES["longer"], "runs": runs, "fusion": None, "date": "2026-11-28",
+  summary = {"scale": "longer", "recipe": runs_lib.SCALES["longer"], "runs": runs, "fusion": None, "date": "2026-11-28",
              "commit": "fedcba9876543210", "jax": "0.12", "devices": ["cpu:0"], "scenes": "96 held-out test scenes",
              "not_finished": ["pncnn_exp"]}
   # a pair whose other run has no validation curve: nothing drawn
-  assert report_figures.val_curves([("x", runs["pncnn_masked"], {})], tmp_path, (4000, 8000), ("a", "b")) == []
+  assert pages_figures.val_curves([("x", runs["pncnn_masked"], {})], tmp_path, (4000, 8000), ("a", "b")) == []
   figdir = tmp_path / "results_longer"
   figdir.mkdir()
   lines = report.longer_page(summary, tmp_path / report.LONGER_PAGE, [("panels.png", "a panel")], figdir)

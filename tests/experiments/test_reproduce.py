@@ -6,9 +6,7 @@ import re
 import pytest
 
 from pncnn_jax import pretrained
-from pncnn_jax.experiments import carry_over as carry
-from pncnn_jax.experiments import reproduce
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import carry_over, reproduce, runs
 
 from conftest import REPO
 
@@ -50,7 +48,7 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   assert reproduce.main(args + ["--stage", "train", "--jobs", "2"]) == 0  # each run in its own process
   out = capsys.readouterr().out
   for name in ("ncnn", "ncnn_conf_l1_masked"):
-    assert paper.finished(wd, paper.RUNS_BY_NAME[name], "smoke")
+    assert runs.finished(wd, runs.RUNS_BY_NAME[name], "smoke")
     assert f"[{name}] training in its own process, log {wd / 'runs' / name / 'train.log'}" in out
     assert f"[{name}] finished" in out and (wd / "runs" / name / "train.log").stat().st_size > 0
   ckpt_mtime = max(p.stat().st_mtime for p in (wd / "runs" / "ncnn" / "checkpoints").rglob("*"))
@@ -84,15 +82,15 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
           and manifest["config"]["model"]["mask_input_confidence"] is True)
   import ml_collections
 
-  from pncnn_jax.experiments import evaluate_runs as results
-  again = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
+  from pncnn_jax.experiments import evaluate_runs
+  again = evaluate_runs.check_metrics(ml_collections.ConfigDict(manifest["config"]), variables)
   for k in ("mae", "rmse", "ause_pncnn", "auroc_disturbed"):
     assert again[k] == pytest.approx(manifest["check"][k], rel=1e-5), k
   # --carry: a run finished in this workdir keeps its own row; an earlier sitting's row fills a run not trained here.
   prior = {**summary, "runs": {"ncnn": {**summary["runs"]["ncnn"], "metrics": {"mae": -1.0}},
                                "pncnn": {**summary["runs"]["ncnn_conf_l1_masked"], "step": 99}},
            "commit": "feedfacecafe", "date": "2026-01-02"}
-  both = carry.add(results.evaluate_all(wd, "smoke", evaluate=False), prior, wd, "smoke", evaluate=False)
+  both = carry_over.add(evaluate_runs.evaluate_all(wd, "smoke", evaluate=False), prior, wd, "smoke", evaluate=False)
   assert both["runs"]["ncnn"] == summary["runs"]["ncnn"] and "carried_from" not in both["runs"]["ncnn"]
   assert both["runs"]["ncnn_oracle_c0"] == summary["runs"]["ncnn_oracle_c0"]  # this workdir's NCNN, its oracle
   assert both["runs"]["pncnn"]["step"] == 99 and both["runs"]["pncnn"]["carried_from"] == {
@@ -102,15 +100,15 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   # folder's provenance.txt reaches its row.
   (wd / "runs" / "ncnn" / "provenance.txt").write_text("Trained by hand.\n")
   with monkeypatch.context() as m:
-    m.setitem(paper.SCALE_RUNS, "smoke", ("ncnn", "pncnn_masked"))
-    own = results.evaluate_all(wd, "smoke", evaluate=False)
+    m.setitem(runs.SCALE_RUNS, "smoke", ("ncnn", "pncnn_masked"))
+    own = evaluate_runs.evaluate_all(wd, "smoke", evaluate=False)
     assert own["not_finished"] == ["pncnn_masked"] and own["runs"]["ncnn"]["trained_by"] == "Trained by hand."
-    assert carry.add(own, prior, wd, "smoke", evaluate=False)["not_finished"] == ["pncnn_masked"]
+    assert carry_over.add(own, prior, wd, "smoke", evaluate=False)["not_finished"] == ["pncnn_masked"]
   (wd / "runs" / "ncnn" / "provenance.txt").unlink()
   # --carry on a machine without this workdir: the shipped runs are evaluated again from their weights, with the
   # earlier validation curves; the figures can show them.
   monkeypatch.setattr(pretrained, "ROOT", ship.parent)
-  fresh = carry.add(results.evaluate_all(tmp_path / "fresh", "smoke"), summary, tmp_path / "fresh", "smoke")
+  fresh = carry_over.add(evaluate_runs.evaluate_all(tmp_path / "fresh", "smoke"), summary, tmp_path / "fresh", "smoke")
   assert set(fresh["runs"]) == {"ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked"}
   for name in ("ncnn", "ncnn_conf_l1_masked"):
     row, old = fresh["runs"][name], summary["runs"][name]
@@ -121,9 +119,9 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "fresh" / "eval" / f"{name}_panels.npz").exists()
   assert fresh["runs"]["ncnn_oracle_c0"]["metrics"]["mae"] == pytest.approx(
       summary["runs"]["ncnn_oracle_c0"]["metrics"]["mae"], rel=1e-5)
-  assert carry.shipped_files("ncnn", "smoke", {**summary["runs"]["ncnn"], "step": 5}) is None  # another training
+  assert carry_over.shipped_files("ncnn", "smoke", {**summary["runs"]["ncnn"], "step": 5}) is None  # another training
   # --ship with --only ships only the selected runs, though others are finished too.
-  results.ship_weights(wd, "smoke", summary, tmp_path / "only", [paper.RUNS_BY_NAME["ncnn"]])
+  evaluate_runs.ship_weights(wd, "smoke", summary, tmp_path / "only", [runs.RUNS_BY_NAME["ncnn"]])
   assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["ncnn.json", "ncnn.npz"]
 
 
@@ -132,4 +130,4 @@ def test_accelerator_script_defaults_to_a_scale():
   script = (REPO / "bench" / "accelerator_reproduce.sh").read_text()
   default = re.search(r"^scale=\$\{2:-(\w+)\}", script, re.M)
   assert default, "bench/accelerator_reproduce.sh: no `scale=${2:-...}` line"
-  assert default.group(1) in paper.SCALES, default.group(1)
+  assert default.group(1) in runs.SCALES, default.group(1)

@@ -10,7 +10,7 @@ import pytest
 
 from pncnn_jax import pretrained
 from pncnn_jax.data import make_iterator, synthetic_cache
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import runs
 from pncnn_jax.nn import models
 
 
@@ -118,26 +118,26 @@ def test_detached_variance_input_changes_gradients_not_outputs():
   for module in ("conf_estimator", "nconv"):
     assert norm(g_plain[module]) > 0 and norm(g_det[module]) == 0.0 and norm(g_depth[module]) > 0
   np.testing.assert_allclose(norm(g_det["var_estimator"]), norm(g_plain["var_estimator"]), rtol=1e-6)
-  assert paper.run_config(paper.RUNS_BY_NAME["pncnn_detach_masked"], "smoke").model.detach_variance_input is True
-  assert paper.run_config(paper.RUNS_BY_NAME["pncnn_masked"], "smoke").model.detach_variance_input is False
+  assert runs.run_config(runs.RUNS_BY_NAME["pncnn_detach_masked"], "smoke").model.detach_variance_input is True
+  assert runs.run_config(runs.RUNS_BY_NAME["pncnn_masked"], "smoke").model.detach_variance_input is False
 
 
 def test_learning_rate_option_sets_only_the_lr_before_the_drop():
-  plain, low = (paper.run_config(paper.RUNS_BY_NAME[n], "long") for n in ("pncnn_masked", "pncnn_masked_lr3e-3"))
-  assert plain.learning_rate == paper.SCALES["long"]["learning_rate"] == 0.01 and low.learning_rate == 0.003
+  plain, low = (runs.run_config(runs.RUNS_BY_NAME[n], "long") for n in ("pncnn_masked", "pncnn_masked_lr3e-3"))
+  assert plain.learning_rate == runs.SCALES["long"]["learning_rate"] == 0.01 and low.learning_rate == 0.003
   # everything else is the reference recipe's: the same drop step, steps, crops, model and seed
   rest = lambda c: {k: v for k, v in c.to_dict().items() if k != "learning_rate"}  # noqa: E731
   assert rest(plain) == rest(low)
-  ref = paper.run_config(paper.RUNS_BY_NAME["ncnn_conf_l1_masked_lr3e-3"], "long")
+  ref = runs.run_config(runs.RUNS_BY_NAME["ncnn_conf_l1_masked_lr3e-3"], "long")
   assert ref.learning_rate == 0.003 and ref.model.mask_input_confidence and ref.variant == "ncnn_conf_l1"
 
 
 def test_grad_clip_option_sets_only_the_clip_norm():
-  plain, clipped = (paper.run_config(paper.RUNS_BY_NAME[n], "long") for n in ("pncnn_masked", "pncnn_masked_clip10"))
+  plain, clipped = (runs.run_config(runs.RUNS_BY_NAME[n], "long") for n in ("pncnn_masked", "pncnn_masked_clip10"))
   assert plain.grad_clip_norm == 0.0 and clipped.grad_clip_norm == 10.0
   rest = lambda c: {k: v for k, v in c.to_dict().items() if k != "grad_clip_norm"}  # noqa: E731
   assert rest(plain) == rest(clipped)
-  assert paper.run_config(paper.RUNS_BY_NAME["pncnn_masked_clip10_seed1"], "long").seed == 1
+  assert runs.run_config(runs.RUNS_BY_NAME["pncnn_masked_clip10_seed1"], "long").seed == 1
 
 
 def test_pretrained_round_trip_and_errors(tmp_path):

@@ -29,8 +29,7 @@ import numpy as np
 import pytest
 
 from pncnn_jax import pretrained
-from pncnn_jax.checkpoints import loader
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import loader, manager
 from pncnn_jax.inference import export
 from pncnn_jax.nn import models
 
@@ -78,7 +77,7 @@ def exported(tmp_path_factory):
   leaves, tree = jax.tree.flatten(variables["batch_stats"])
   variables["batch_stats"] = jax.tree.unflatten(
       tree, [leaf + 0.5 * jax.random.uniform(k, leaf.shape) for leaf, k in zip(leaves, stats_keys)])
-  ckpt = checkpointing.save_variables(tmp / "ckpt", variables, {"variant": VARIANT})
+  ckpt = manager.save_variables(tmp / "ckpt", variables, {"variant": VARIANT})
   formats = "stablehlo,onnx" if _onnx_available() else "stablehlo"
   out = tmp / "exported"
   rc = export.main(["--checkpoint", ckpt, "--output", str(out), "--height", str(H), "--width", str(W),

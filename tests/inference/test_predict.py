@@ -4,8 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from pncnn_jax.checkpoints import loader
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import loader, manager
 from pncnn_jax.data import io
 from pncnn_jax.inference import predict
 from pncnn_jax.nn import models
@@ -43,7 +42,7 @@ def pncnn_checkpoint(tmp_path_factory):
   model = models.build_model("pncnn")
   variables = jax.device_get(models.init_variables(model, jax.random.key(2)))
   path = tmp_path_factory.mktemp("ckpt") / "pncnn_model"
-  checkpointing.save_variables(path, variables, {"variant": "pncnn"})
+  manager.save_variables(path, variables, {"variant": "pncnn"})
   return path, model, variables
 
 
@@ -92,7 +91,7 @@ def test_the_loader_rebuilds_the_model_a_run_was_trained_with(pncnn_checkpoint, 
   new = {"variant": "pncnn", "loss": "gaussian_nll", "model": {"nconv_init": "repo", "conv_precision": "default"}}
   old = {"variant": "pncnn", "loss": "gaussian_nll", "nconv_init": "published", "precision": "default"}
   for name, config in (("new", new), ("old", old)):
-    checkpointing.save_variables(tmp_path / name, variables, {"variant": "pncnn", "config": config})
+    manager.save_variables(tmp_path / name, variables, {"variant": "pncnn", "config": config})
     ckpt = loader.load(tmp_path / name)
     assert ckpt.build_model().conv_precision == "default" and ckpt.loss == "gaussian_nll"
   assert loader.load(tmp_path / "new").build_model().nconv_init == "repo"

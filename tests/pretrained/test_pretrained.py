@@ -1,5 +1,5 @@
 """The shipped weights (pncnn_jax/pretrained/): each loads by name through the one loader and reproduces the
-metrics its manifest recorded on the first validation scenes (`results.check_metrics`)."""
+metrics its manifest recorded on the first validation scenes (`evaluate_runs.check_metrics`)."""
 
 import math
 
@@ -9,7 +9,7 @@ import pytest
 
 from pncnn_jax import pretrained
 from pncnn_jax.checkpoints import loader
-from pncnn_jax.experiments import evaluate_runs as results
+from pncnn_jax.experiments import evaluate_runs
 from pncnn_jax.nn import models
 
 SHIPPED = pretrained.available("synthetic")
@@ -35,7 +35,8 @@ def test_shipped_model_matches_its_manifest(name, scene_cache):
   model = loaded.build_model()
   assert model.mask_input_confidence == manifest["mask_input_confidence"]
   assert models.count_params(variables["params"]) > 0
-  got = results.check_metrics(ml_collections.ConfigDict(manifest["config"]), loaded.variables, cache_dir=scene_cache)
+  got = evaluate_runs.check_metrics(ml_collections.ConfigDict(manifest["config"]), loaded.variables,
+                                    cache_dir=scene_cache)
   want = manifest["check"]
   for key in ("mae", "rmse", "imae", "irmse", "ause_pncnn", "ause_gustafsson", "auce", "nll", "auroc_disturbed"):
     if key in want:

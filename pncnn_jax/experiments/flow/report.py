@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from pncnn_jax.flow import evaluate as flow_eval
+from pncnn_jax.flow import evaluate as flow_evaluate
 from pncnn_jax.flow import metrics as flow_metrics
 from pncnn_jax.flow import viz as flow_viz
 from pncnn_jax.runtime import run_files
@@ -179,7 +179,7 @@ def _figures(summary: Mapping[str, Any], docs: pathlib.Path, workdir: pathlib.Pa
     with np.load(path) as z:
       n = 1 + max(int(k.rsplit("_", 1)[1]) for k in z.files)
       panels = [{k.rsplit("_", 1)[0]: z[k] for k in z.files if k.endswith(f"_{i}")} for i in range(n)]
-    label, unit = flow_eval.uncertainty_label(summary["rows"][name]["loss"])
+    label, unit = flow_evaluate.uncertainty_label(summary["rows"][name]["loss"])
     flow_viz.flow_panels(panels, figdir / f"{name}_panels.png", title=f"{name} on held-out test scenes",
                          uncertainty_label=label, uncertainty_unit=unit)
     lines.append(f"![{name} panels]({FIGURES}/{name}_panels.png)")

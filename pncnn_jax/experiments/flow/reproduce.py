@@ -27,12 +27,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from pncnn_jax import from_config
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import manager
 from pncnn_jax.experiments import runs
 from pncnn_jax.experiments.flow import report as flow_report
-from pncnn_jax.flow import evaluate as flow_eval
+from pncnn_jax.flow import evaluate as flow_evaluate
 from pncnn_jax.nn import models
-from pncnn_jax.training import loop as train
+from pncnn_jax.training import loop
 
 RECIPE: dict[str, Any] = {
     "batch_size": 4,
@@ -82,11 +82,11 @@ def finished(workdir: pathlib.Path, name: str) -> bool:
 
 
 def select(only: str) -> list[str]:
-  from pncnn_jax.flow import model as flow  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.flow import model as flow_model  # pylint: disable=g-import-not-at-top
   names = [n for n in only.split(",") if n] if only else list(RUNS)
-  unknown = [n for n in names if n not in flow.FLOW_VARIANTS]
+  unknown = [n for n in names if n not in flow_model.FLOW_VARIANTS]
   if unknown:
-    raise ValueError(f"--only: unknown run(s) {unknown}; known: {', '.join(flow.FLOW_VARIANTS)}")
+    raise ValueError(f"--only: unknown run(s) {unknown}; known: {', '.join(flow_model.FLOW_VARIANTS)}")
   return names
 
 
@@ -101,11 +101,11 @@ def train_runs(workdir: pathlib.Path, names: Sequence[str]) -> None:
     wall, cpu = time.time(), time.process_time()
     rundir = run_dir(workdir, name)
     start = None
-    if (rundir / checkpointing.CHECKPOINT_SUBDIR).is_dir():
-      reader = checkpointing.Checkpointer(rundir, read_only=True)
+    if (rundir / manager.CHECKPOINT_SUBDIR).is_dir():
+      reader = manager.Checkpointer(rundir, read_only=True)
       start = reader.latest_step()
       reader.close()
-    train.train_and_evaluate(run_config(name), rundir)
+    loop.train_and_evaluate(run_config(name), rundir)
     path = rundir / "time.json"
     prior = json.loads(path.read_text()) if path.exists() else {"wall_s": 0.0, "cpu_s": 0.0, "sittings": 0}
     path.write_text(json.dumps({"wall_s": prior["wall_s"] + time.time() - wall,
@@ -138,7 +138,7 @@ def _batches(split: str, scenes: int) -> list[dict[str, np.ndarray]]:
   return list(from_config.eval_iterator(config))
 
 
-def _row(result: flow_eval.FlowEvalResult, **extra) -> dict[str, Any]:
+def _row(result: flow_evaluate.FlowEvalResult, **extra) -> dict[str, Any]:
   sp = result.sparsification
   return {**result.summary(), **extra, "sparsification": {"fractions": sp.fractions.tolist(),
                                                          "model": sp.model.tolist(), "oracle": sp.oracle.tolist()}}
@@ -152,21 +152,21 @@ def evaluate_all(workdir: pathlib.Path, names: Sequence[str]) -> dict[str, Any]:
   outdir = workdir / "eval"
   outdir.mkdir(parents=True, exist_ok=True)
   rows: dict[str, Any] = {}
-  val_epe = {s: flow_eval.run_flow_evaluation(flow_eval.gaussian_nc_predictor(s, int(3 * s)), val,
-                                              loss_name="flow_epe").metrics["epe"] for s in GAUSSIAN_SIGMAS_PX}
+  val_epe = {s: flow_evaluate.run_flow_evaluation(flow_evaluate.gaussian_nc_predictor(s, int(3 * s)), val,
+                                                  loss_name="flow_epe").metrics["epe"] for s in GAUSSIAN_SIGMAS_PX}
   sigma = min(val_epe, key=val_epe.get)
-  res = flow_eval.run_flow_evaluation(flow_eval.gaussian_nc_predictor(sigma, int(3 * sigma)), test,
-                                      loss_name="flow_epe")
+  res = flow_evaluate.run_flow_evaluation(flow_evaluate.gaussian_nc_predictor(sigma, int(3 * sigma)), test,
+                                          loss_name="flow_epe")
   rows["gaussian_nc"] = _row(res, kind="baseline", sigma_px=sigma, val_epe_by_sigma=val_epe, params=0)
   for name in names:
     if not finished(workdir, name):
       print(f"[{name}] not finished: not evaluated", flush=True)
       continue
     config = run_config(name)
-    variables, meta = checkpointing.restore_variables(run_dir(workdir, name), step="latest")
+    variables, meta = manager.restore_variables(run_dir(workdir, name), step="latest")
     model = from_config.build_model(config)
-    predict = flow_eval.model_predictor(model, variables)
-    res = flow_eval.run_flow_evaluation(predict, test, loss_name=from_config.variant_loss(config), num_panels=3)
+    predict = flow_evaluate.model_predictor(model, variables)
+    res = flow_evaluate.run_flow_evaluation(predict, test, loss_name=from_config.variant_loss(config), num_panels=3)
     timing = run_dir(workdir, name) / "time.json"
     rows[name] = _row(res, kind="model", loss=from_config.variant_loss(config), step=meta.get("step"),
                       params=models.count_params(variables["params"]), convergence=convergence(run_dir(workdir, name)),
@@ -174,7 +174,7 @@ def evaluate_all(workdir: pathlib.Path, names: Sequence[str]) -> dict[str, Any]:
     np.savez_compressed(outdir / f"{name}_panels.npz",
                         **{f"{k}_{i}": v for i, p in enumerate(res.panels) for k, v in p.items()})
     if name == "flow_ncnn":
-      res = flow_eval.run_flow_evaluation(flow_eval.oracle_predictor(predict), test, loss_name="flow_epe")
+      res = flow_evaluate.run_flow_evaluation(flow_evaluate.oracle_predictor(predict), test, loss_name="flow_epe")
       rows["flow_ncnn_oracle"] = _row(res, kind="oracle", params=rows[name]["params"])
   summary = {"recipe": {k: list(v) if isinstance(v, tuple) else v for k, v in RECIPE.items()}, "rows": rows,
              "corrupted_fraction": rows["gaussian_nc"].get("corrupted_fraction"), "date": time.strftime("%Y-%m-%d"),

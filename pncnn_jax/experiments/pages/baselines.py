@@ -11,9 +11,9 @@ import json
 import pathlib
 from typing import Any
 
-from pncnn_jax.experiments import baselines as lib
+from pncnn_jax.experiments import baselines as baselines_lib
 from pncnn_jax.experiments import claims as claims_lib
-from pncnn_jax.experiments import evaluate_runs as results
+from pncnn_jax.experiments import evaluate_runs
 from pncnn_jax.runtime.run_files import format_value as fmt
 
 PAGE = "RESULTS_BASELINES.md"
@@ -49,7 +49,7 @@ def table_lines(summary: dict[str, Any]) -> list[str]:
   lines = [HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
   for name, fam in summary["family"].items():
     lines.append(_cells(fam["label"], 1, fam["row"], fam["params"], 1, costs, "pncnn" if name == "pncnn" else None))
-  for kind, label, m, r in lib.baseline_rows(summary):
+  for kind, label, m, r in baselines_lib.baseline_rows(summary):
     b = summary["baselines"][kind]
     params = b["params"] * (m if kind == "ensemble" else 1)
     lines.append(_cells(label.split(" M=")[0], m, r, params, m, costs, f"{kind} {m}"))
@@ -59,7 +59,7 @@ def table_lines(summary: dict[str, Any]) -> list[str]:
 def draw_figure(summary: dict[str, Any], path: pathlib.Path) -> bool:
   """RMSE [mm] against AUSE (pNCNN normalisation): MC-Dropout and the ensembles as curves over M (each point labelled
   with its M), the pNCNN family as labelled points. False (nothing drawn) when nothing is measured."""
-  base, fam = lib.baseline_rows(summary), summary["family"]
+  base, fam = baselines_lib.baseline_rows(summary), summary["family"]
   if not base and not fam:
     return False
   import matplotlib  # pylint: disable=g-import-not-at-top
@@ -105,7 +105,7 @@ def write(summary: dict[str, Any], path: pathlib.Path) -> None:
   """Writes `path` (markdown), `path`.json and the figure under <path's folder>/`figure_folder(path)`/."""
   figsub = figure_folder(path)
   drawn = draw_figure(summary, path.parent / figsub / FIGURE)
-  claims = lib.claims(summary)
+  claims = baselines_lib.claims(summary)
   r = summary["recipe"]
   lines = ["# Results: pNCNN against MC-Dropout and deep ensembles", "",
            "The paper's first experiment on our synthetic benchmark: a single pNCNN against MC-Dropout and deep "
@@ -124,7 +124,8 @@ def write(summary: dict[str, Any], path: pathlib.Path) -> None:
   if summary["missing"]:
     lines += ["**Not measured yet:** " + ", ".join(f"`{n}`" for n in summary["missing"]) + ". Their rows, points and "
               "claims are left out below until they are trained and evaluated (the command above resumes).", ""]
-  lines += ["## The claims", "", f"Thresholds fixed before any result: cost at most {lib.COST_FRACTION_MAX:g} x one "
+  lines += ["## The claims", "",
+            f"Thresholds fixed before any result: cost at most {baselines_lib.COST_FRACTION_MAX:g} x one "
             f"baseline pass. AUSE in {AUSE_NAME}.", ""]
   lines += [f"- {c}: {claims_lib.mark(ok)}." + (f" {nums}." if nums else "") for c, ok, nums in claims]
   lines += ["", "## The table", "",
@@ -146,14 +147,15 @@ def write(summary: dict[str, Any], path: pathlib.Path) -> None:
   path.write_text("\n".join(lines) + "\n")
   claims_json = [{"claim": c, "holds": ok, "numbers": nums} for c, ok, nums in claims]
   path.with_suffix(".json").write_text(json.dumps({**summary, "claims": claims_json}, indent=1,
-                                                  default=results._jsonable) + "\n")  # pylint: disable=protected-access
+                                                  default=evaluate_runs._jsonable) + "\n")  # pylint: disable=protected-access
 
 
 def _cost_note(costs: dict[str, Any] | None) -> str:
   if not costs:
     return "not measured yet."
   return (f"batch 1 at {costs['frame'][0]}x{costs['frame'][1]} on {costs['device']} ({costs['date']}), initial "
-          f"weights, the median of {lib.TIMING_REPEATS} calls after compiling, in one process; peak memory is XLA's "
+          f"weights, the median of {baselines_lib.TIMING_REPEATS} calls after compiling, in one process; peak memory "
+          "is XLA's "
           "planned peak of the compiled program (arguments + outputs + temporaries); MC-Dropout's M passes run as one "
           "vmapped call, an ensemble's members one after the other (`lax.map` on CPU).")
 

@@ -1,11 +1,11 @@
 """The section 'Where the error lies' of docs/RESULTS.md: each model's error binned by the distance to the nearest
-disturbed input point (`metrics.ErrorByDistance`, measured by `results.evaluate_model`), and claim (d)'s accuracy
+disturbed input point (`metrics.ErrorByDistance`, measured by `evaluate_runs.evaluate_model`), and claim (d)'s accuracy
 gaps split into two parts.
 
 A model can lose accuracy near the disturbed points in two ways: its input confidence trusts them, and NConv spreads
 their wrong depths; or its depth network is weaker in the places where disturbances happen (depth edges, thin and
-far structures), whatever it does with the disturbed points. `results.evaluate_model` also evaluates each model with
-the disturbed points deleted from its input (for NCNN: what a perfect binary input confidence would give). The gap
+far structures), whatever it does with the disturbed points. `evaluate_runs.evaluate_model` also evaluates each model
+with the disturbed points deleted from its input (for NCNN: what a perfect binary input confidence would give). The gap
 that remains between two models with the points deleted is their depth networks'; the rest of the gap is what
 keeping the disturbed points does for each (its input confidence, and what it learned to make of them).
 """

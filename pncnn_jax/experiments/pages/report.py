@@ -11,14 +11,14 @@ import pathlib
 from typing import Any, Sequence
 
 from pncnn_jax import pretrained
-from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.experiments import claims as claims_lib
-from pncnn_jax.experiments import evaluate_runs as results
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import evaluate_runs
+from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.experiments.flow import report as flow_report
-from pncnn_jax.experiments.pages import distance as report_distance
-from pncnn_jax.experiments.pages import figures as report_figures
-from pncnn_jax.experiments.pages import why as report_why
+from pncnn_jax.experiments.pages import distance as pages_distance
+from pncnn_jax.experiments.pages import figures as pages_figures
+from pncnn_jax.experiments.pages import why as pages_why
 from pncnn_jax.runtime.run_files import flat_label
 from pncnn_jax.runtime.run_files import format_value as _f
 
@@ -59,7 +59,7 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   figsub = figure_folder(path)
   figdir = path.parent / figsub
   figdir.mkdir(parents=True, exist_ok=True)
-  figures = report_figures.figures(runs, workdir, figdir, summary["scenes"],
+  figures = pages_figures.figures(runs, workdir, figdir, summary["scenes"],
                                     tuple(summary["recipe"].get("eval_crop", (128, 384))), MAIN_ORDER, ABLATION_ORDER)
   claims = claims_lib.claims(runs, fusion)
   recipe = summary["recipe"]
@@ -85,7 +85,7 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   path.write_text("\n".join(lines) + "\n")
   claims_json = [{"claim": c, "holds": ok, "numbers": nums} for c, ok, nums in claims]
   path.with_suffix(".json").write_text(json.dumps({**summary, "claims": claims_json}, indent=1,
-                                                  default=results._jsonable) + "\n")  # pylint: disable=protected-access
+                                                  default=evaluate_runs._jsonable) + "\n")  # pylint: disable=protected-access
 
 
 MAIN_PAGE = "RESULTS.md"  # the cpu-scale page; the other scales' pages sit beside it
@@ -144,25 +144,25 @@ def _with_retrained(runs: dict[str, Any], retrained_runs: dict[str, Any]) -> lis
   the other seeds of a retrained run are left out (they were not retrained); each such claim names the unequal
   training lengths."""
   retrained = [n for n in retrained_runs if n in runs]
-  others = {m for n in retrained for m in paper.SEED_GROUPS.get(n, ()) if m != n}
+  others = {m for n in retrained for m in runs_lib.SEED_GROUPS.get(n, ()) if m != n}
   merged = {n: r for n, r in runs.items() if n not in others} | {n: retrained_runs[n] for n in retrained}
   return [c for c in claims_lib.claims(merged, None) if c[1] is not None and _on_runs(c[0], c[2], retrained)]
 
 
 def lr_curves(runs: dict[str, Any], recipe: dict[str, Any], figdir: pathlib.Path) -> list[tuple[str, str]]:
-  """lr_curves.png: each run of paper.LR_PAIRS beside the same recipe at the scale's lr (`recipe`); [] when no pair
+  """lr_curves.png: each run of runs.LR_PAIRS beside the same recipe at the scale's lr (`recipe`); [] when no pair
   is in `runs`."""
   drop = recipe["steps_per_epoch"] * recipe["lr_decay_epochs"]
-  pairs = [(low, runs[ref], runs[low]) for low, ref in paper.LR_PAIRS if low in runs and ref in runs]
-  lows = ", ".join(sorted({f"{paper.RUNS_BY_NAME[low].learning_rate:g}" for low, *_ in pairs}))
-  return report_figures.val_curves(pairs, figdir, (drop, drop), (f"lr {recipe['learning_rate']:g}", f"lr {lows}"),
-                                   stem="lr_curves", title="Validation curves at two learning rates",
-                                   what="the runs trained at a lower learning rate beside the same recipe")
+  pairs = [(low, runs[ref], runs[low]) for low, ref in runs_lib.LR_PAIRS if low in runs and ref in runs]
+  lows = ", ".join(sorted({f"{runs_lib.RUNS_BY_NAME[low].learning_rate:g}" for low, *_ in pairs}))
+  return pages_figures.val_curves(pairs, figdir, (drop, drop), (f"lr {recipe['learning_rate']:g}", f"lr {lows}"),
+                                  stem="lr_curves", title="Validation curves at two learning rates",
+                                  what="the runs trained at a lower learning rate beside the same recipe")
 
 
 def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple[str, str]],
                 figdir: pathlib.Path) -> list[str]:
-  """docs/RESULTS_LONGER.md: the runs of paper.SCALE_RUNS['longer'] (still falling at the long page's length)
+  """docs/RESULTS_LONGER.md: the runs of runs.SCALE_RUNS['longer'] (still falling at the long page's length)
   trained 2x longer, against their long-page versions (the long page's JSON beside `path`): the claims with them in
   place, each run's change, their full rows, where their error lies, the figures (`figures`, after the validation
   curves at both lengths that this draws into `figdir`) and which of them are not finished (`not_finished`,
@@ -174,12 +174,12 @@ def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple
   if short:
     drop = lambda r: r["steps_per_epoch"] * r["lr_decay_epochs"]  # noqa: E731
     pairs = [(n, long["runs"][n], e) for n, e in runs.items() if n in long["runs"]]
-    figures = report_figures.val_curves(pairs, figdir, (drop(long["recipe"]), drop(recipe)),
-                                        (f"{short} steps", f"{steps(recipe)} steps")) + figures
+    figures = pages_figures.val_curves(pairs, figdir, (drop(long["recipe"]), drop(recipe)),
+                                       (f"{short} steps", f"{steps(recipe)} steps")) + figures
   title = f"the runs still falling at {short} steps, trained {steps(recipe)}" if short else "the longer scale"
   lines = [f"# Results: {title}", "", *_recipe_lines(summary, recipe, other_pages=False),
            f"**Why this page.** [{LONG_PAGE}]({LONG_PAGE}) counts a run as converged by the rule above; the runs it "
-           f"marks as still falling ({', '.join(f'`{n}`' for n in paper.SCALE_RUNS['longer'])}) are trained here "
+           f"marks as still falling ({', '.join(f'`{n}`' for n in runs_lib.SCALE_RUNS['longer'])}) are trained here "
            "again with its recipe made twice as long (the same recipe up to its lr drop), and put in place of their "
            f"shorter versions in its claims (every other run as it is there). [{LONG_PAGE}]({LONG_PAGE}) repeats "
            "this page's table and claims in its section on this scale.", ""]
@@ -197,7 +197,7 @@ def longer_page(summary: dict[str, Any], path: pathlib.Path, figures: list[tuple
               *_pair_table(long["runs"], runs, names)]
   lines += ["", "## Accuracy and uncertainty", "", HEADER]
   lines += [_row(n, runs[n]) for n in MAIN_ORDER if n in runs]
-  lines += report_distance.lines(runs, MAIN_ORDER)
+  lines += pages_distance.lines(runs, MAIN_ORDER)
   lines += ["", "## Figures", ""] + [f"![{t}]({figdir.name}/{f})\n\n{t}\n" for f, t in figures]
   return lines + _not_included(summary)
 
@@ -317,7 +317,8 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any], *, other_page
       "the input depth.",
       "",
       "**Convergence.** A run counts as converged when the best validation RMSE of the last 30 % of its phase "
-      f"before the lr drop is within {100 * results.FLAT_TOLERANCE:.0f} % of the best before it (the best, so that "
+      f"before the lr drop is within {100 * evaluate_runs.FLAT_TOLERANCE:.0f} % of the best before it (the best, "
+      "so that "
       "one diverged validation does not decide; the lr drop then only polishes); the last column says so, or gives "
       "the change: a curve still falling wants more steps, one that rose had its best earlier (longer training will "
       "not help).",
@@ -363,13 +364,13 @@ def _tables(runs, fusion, figures, summary, figsub: str = "results") -> list[str
   else:
     lines.append("Not measured yet: the four member runs are not all finished.")
   lines += claims_lib.seed_lines(runs)
-  lines += report_distance.lines(runs, MAIN_ORDER)
-  lines += ["", "## Why the official network fails at this scale", "", report_why.why(runs), ""]
-  lines += ["## The claims that do not hold, and why", "", *report_why.discussion(runs),
+  lines += pages_distance.lines(runs, MAIN_ORDER)
+  lines += ["", "## Why the official network fails at this scale", "", pages_why.why(runs), ""]
+  lines += ["## The claims that do not hold, and why", "", *pages_why.discussion(runs),
             *claims_lib.variance_unet_lines(runs),
             *claims_lib.data_term_lines(runs),
-            *report_why.learning_rate_lines(runs, summary["recipe"]["learning_rate"]),
-            *report_why.grad_clip_lines(runs), "",
+            *pages_why.learning_rate_lines(runs, summary["recipe"]["learning_rate"]),
+            *pages_why.grad_clip_lines(runs), "",
             "## Figures", ""]
   lines += [f"![{t}]({figsub}/{f})\n\n{t}\n" for f, t in figures]
   return lines + _not_included(summary)
@@ -388,11 +389,11 @@ def _calibration_lines(fusion: dict[str, Any]) -> list[str]:
   scales = fusion.get("precision_scales")
   if not scales:
     return []
-  rows, cal = fusion["rows"], ensemble.CALIBRATED
+  rows, cal = fusion["rows"], ensemble_members.CALIBRATED
   moved = [f"{r} {rows[r]['rmse']:.0f} -> {rows[r + cal]['rmse']:.0f}"
            for r in ("weighted_mean", "max_confidence", "mle") if r in rows and r + cal in rows]
   return [f"Rows marked *(calibrated)* fuse each member's precision times a scale s_k fitted by maximum likelihood on "
-          f"{fusion.get('calibrated_on', 'the validation scenes')} (`ensemble.fit_precision_scales`: s_k = N / "
+          f"{fusion.get('calibrated_on', 'the validation scenes')} (`ensemble_members.fit_precision_scales`: s_k = N / "
           f"sum c_k (t - mu_k)^2; s_k < 1: the member claims more precision than it earns): s = "
           + ", ".join(f"{v:.2f}" for v in scales) + ". The members' depths do not change, their NLL and AUCE do; "
           "the rules that weigh or pick members fuse other depths (RMSE [mm] as trained -> calibrated: "

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from pncnn_jax.experiments import claims as claims_lib
-from pncnn_jax.experiments import evaluate_runs as results
-from pncnn_jax.experiments import runs as paper
-from pncnn_jax.experiments.pages import distance as report_distance
+from pncnn_jax.experiments import evaluate_runs
+from pncnn_jax.experiments import runs as runs_lib
+from pncnn_jax.experiments.pages import distance as pages_distance
 from pncnn_jax.runtime.run_files import flat_label
 
 
@@ -92,7 +92,7 @@ def discussion(runs: dict[str, Any]) -> list[str]:
       f"close ({100 * (p['pncnn_exp'][0] / p['ncnn_conf_l1'][0] - 1):+.0f} % / "
       f"{100 * (p['pncnn_exp'][1] / p['ncnn_conf_l1'][1] - 1):+.0f} %). The Gaussian NLL weighs each pixel's "
       "squared error by its predicted precision, so the depth network learns least from the pixels it finds hard "
-      "(depth edges, far surfaces): MAE suffers most." + report_distance.gap_sentence(runs, "pncnn", "ncnn_conf_l1"))
+      "(depth edges, far surfaces): MAE suffers most." + pages_distance.gap_sentence(runs, "pncnn", "ncnn_conf_l1"))
   if "pncnn_masked" in runs and "ncnn_conf_l1_masked" in runs:
     a, b = runs["pncnn_masked"], runs["ncnn_conf_l1_masked"]
     text = ("- **(c) NCNN-Conf's own confidence, with and without the mask.** `ncnn_conf_l1_masked` ranks its "
@@ -141,26 +141,27 @@ def discussion(runs: dict[str, Any]) -> list[str]:
 
 
 def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
-  """Claims (b)-(d) for masked pNCNN and its (d) reference trained at a lower learning rate (paper.LR_PAIRS), beside
+  """Claims (b)-(d) for masked pNCNN and its (d) reference trained at a lower learning rate (runs.LR_PAIRS), beside
   the same recipes at the scale's lr `scale_lr` (every finished seed): does the scale's lr cost pNCNN its accuracy or
   its c0? [] unless `pncnn_masked_lr3e-3` and `pncnn_masked` are in `runs`."""
-  low, ref = paper.LR_PAIRS[0]
+  low, ref = runs_lib.LR_PAIRS[0]
   if low not in runs or ref not in runs:
     return []
-  lr = lambda n: paper.RUNS_BY_NAME[n].learning_rate or scale_lr  # noqa: E731
-  names = [n for pair in paper.LR_PAIRS for n in pair[::-1] if n in runs]
+  lr = lambda n: runs_lib.RUNS_BY_NAME[n].learning_rate or scale_lr  # noqa: E731
+  names = [n for pair in runs_lib.LR_PAIRS for n in pair[::-1] if n in runs]
   lines = ["", f"**The learning rate** (masked c0; our recipe option: the same recipe with the lr before the drop "
            f"lowered from {scale_lr:g}, the drop at the same step):", "",
            f"| run (seeds) | lr | {claims_lib.SEED_COLUMNS} | val curve flat |", "|---" * 9 + "|"]
   lines += [_seed_row(runs, n, f"{lr(n):g}") for n in names]
-  ref_low, ref_scale = paper.LR_PAIRS[1]
+  ref_low, ref_scale = runs_lib.LR_PAIRS[1]
   refs = [r for r in (ref_scale, ref_low) if r in runs]
   if not refs:
     return lines
   m = runs[low]["metrics"]
   rel = lambda a, b, k: f"{100 * (a[k] / runs[b]['metrics'][k] - 1):+.1f} %"  # noqa: E731
   against = "; ".join(f"MAE {rel(m, r, 'mae')} / RMSE {rel(m, r, 'rmse')} against `{r}` (lr {lr(r):g}): (d) "
-                      + ("holds" if results.accuracy_close(m, runs[r]["metrics"]) else "does not hold") for r in refs)
+                      + ("holds" if evaluate_runs.accuracy_close(m, runs[r]["metrics"]) else "does not hold")
+                      for r in refs)
   if ref_scale in runs:  # the same comparison at the scale's lr, over pNCNN's seeds
     group = claims_lib.done_group(runs, ref) or (ref,)
     against += (f"; at lr {scale_lr:g} `{ref}` is MAE " + ", ".join(rel(runs[g]["metrics"], ref_scale, "mae")
@@ -168,7 +169,7 @@ def learning_rate_lines(runs: dict[str, Any], scale_lr: float) -> list[str]:
                 + f" against `{ref_scale}` ({claims_lib.seed_list(group)})")
   c0 = runs[low]["c0"]
   lines += ["", f"- **(d) and the learning rate.** At lr {lr(low):g} `{low}` is {against}. (b) "
-            + ("holds" if results.c0_singles_out(c0) else "does not hold")
+            + ("holds" if evaluate_runs.c0_singles_out(c0) else "does not hold")
             + f" for `{low}`: AUROC {c0['auroc']:.2f}, {c0['auroc_depth_bins']:.2f} within depth deciles, mean c0 "
             f"disturbed / clean {c0['c0_mean_disturbed'] / c0['c0_mean_clean']:.2f}."
             + _lower_lr_seeds(runs, low, refs[0], rel)]
@@ -204,13 +205,13 @@ def _aurocs(runs: dict[str, Any], group: tuple[str, ...]) -> str:
 
 
 def grad_clip_lines(runs: dict[str, Any]) -> list[str]:
-  """Claims (b) and (d) for masked pNCNN trained with its gradient clipped (paper.Run.grad_clip_norm), beside the same
+  """Claims (b) and (d) for masked pNCNN trained with its gradient clipped (runs.Run.grad_clip_norm), beside the same
   recipe unclipped and the (d) reference, every finished seed of each: does an outlier batch throw c0? [] unless
   `pncnn_masked_clip10` and `pncnn_masked` are in `runs`."""
   clip, ref, d_ref = "pncnn_masked_clip10", "pncnn_masked", "ncnn_conf_l1_masked"
   if clip not in runs or ref not in runs:
     return []
-  norm = lambda n: f"{paper.RUNS_BY_NAME[n].grad_clip_norm:g}" if paper.RUNS_BY_NAME[n].grad_clip_norm else "none"  # noqa: E731
+  norm = lambda n: f"{runs_lib.RUNS_BY_NAME[n].grad_clip_norm:g}" if runs_lib.RUNS_BY_NAME[n].grad_clip_norm else "none"  # noqa: E731
   seeds = lambda n: claims_lib.done_group(runs, n) or (n,)  # noqa: E731
   lines = ["", f"**Gradient clipping** (masked c0; our recipe option: the same recipe with each gradient scaled to a "
            f"global L2 norm of at most {norm(clip)} before Adam, so that one outlier batch cannot throw Adam's "
@@ -224,6 +225,6 @@ def grad_clip_lines(runs: dict[str, Any]) -> list[str]:
   if d_ref in runs:
     rel = ", ".join(f"{100 * (runs[g]['metrics']['mae'] / runs[d_ref]['metrics']['mae'] - 1):+.1f} %"
                     for g in seeds(clip))
-    close = sum(bool(results.accuracy_close(runs[g]["metrics"], runs[d_ref]["metrics"])) for g in seeds(clip))
+    close = sum(bool(evaluate_runs.accuracy_close(runs[g]["metrics"], runs[d_ref]["metrics"])) for g in seeds(clip))
     line += f" Clipped, MAE {rel} against `{d_ref}`: (d) holds for {close} of {len(seeds(clip))}."
   return lines + ["", line]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pncnn_jax.data import synthetic as S
+from pncnn_jax.data import synthetic
 
 from conftest import DATA
 
@@ -23,9 +23,9 @@ def _calib(path):
 
 def test_lidar_mount_matches_kitti_calibration_files():
   v2c, c2c = _calib(CALIB / "calib_velo_to_cam.txt"), _calib(CALIB / "calib_cam_to_cam.txt")
-  rot, origin = S.kitti_lidar_to_camera(v2c["R"], v2c["T"], c2c["R_rect_00"], c2c["P_rect_02"])
-  np.testing.assert_allclose(S.LIDAR_ROTATION, rot, atol=1e-12)
-  np.testing.assert_allclose(S.LIDAR_ORIGIN, origin, atol=1e-12)
+  rot, origin = synthetic.kitti_lidar_to_camera(v2c["R"], v2c["T"], c2c["R_rect_00"], c2c["P_rect_02"])
+  np.testing.assert_allclose(synthetic.LIDAR_ROTATION, rot, atol=1e-12)
+  np.testing.assert_allclose(synthetic.LIDAR_ORIGIN, origin, atol=1e-12)
   # The LiDAR sits ~27 cm behind, ~8 cm above and ~6 cm right of camera 2 (y is down).
   np.testing.assert_allclose(origin, [0.056, -0.076, -0.272], atol=0.01)
   # Real scan projected with this transform lands where velodyne_raw has points.
@@ -33,8 +33,8 @@ def test_lidar_mount_matches_kitti_calibration_files():
                     np.float32).reshape(-1, 4)[:, :3].astype(np.float64)
   p = pts @ rot.T + origin
   p = p[p[:, 2] > 1]
-  u = np.round(S.KITTI_FX * p[:, 0] / p[:, 2] + 609.5593).astype(int)  # full-frame cx, cy
-  v = np.round(S.KITTI_FY * p[:, 1] / p[:, 2] + 172.854).astype(int)
+  u = np.round(synthetic.KITTI_FX * p[:, 0] / p[:, 2] + 609.5593).astype(int)  # full-frame cx, cy
+  v = np.round(synthetic.KITTI_FY * p[:, 1] / p[:, 2] + 172.854).astype(int)
   ok = (u >= 0) & (u < 1242) & (v >= 0) & (v < 375)
   from pncnn_jax.data import io
   raw = io.read_kitti_depth(DATA / "kitti_depth_mini/train/2011_09_26_drive_0001_sync/proj_depth/"
@@ -44,24 +44,24 @@ def test_lidar_mount_matches_kitti_calibration_files():
 
 
 def test_deterministic_and_distinct():
-  a = S.generate(3, 7, window=(200, 300, 64, 128))
-  b = S.generate(3, 7, window=(200, 300, 64, 128))
-  c = S.generate(3, 8, window=(200, 300, 64, 128))
+  a = synthetic.generate(3, 7, window=(200, 300, 64, 128))
+  b = synthetic.generate(3, 7, window=(200, 300, 64, 128))
+  c = synthetic.generate(3, 8, window=(200, 300, 64, 128))
   for k in ("sparse", "target", "dense", "disturbed"):
     np.testing.assert_array_equal(a[k], b[k])
   assert not np.array_equal(a["dense"], c["dense"])
-  assert not np.array_equal(a["dense"], S.generate(3, 7, window=(200, 300, 64, 128), stream=1)["dense"])
+  assert not np.array_equal(a["dense"], synthetic.generate(3, 7, window=(200, 300, 64, 128), stream=1)["dense"])
 
 
 @pytest.fixture(scope="module")
 def frames():
-  return [S.generate(0, i) for i in range(4)]
+  return [synthetic.generate(0, i) for i in range(4)]
 
 
 def test_window_is_exact_crop_of_full_frame(frames):
   full = frames[1]
   for top, left, h, w in [(0, 0, 96, 128), (224, 544, 128, 384), (300, 1100, 52, 116)]:
-    win = S.generate(0, 1, window=(top, left, h, w))
+    win = synthetic.generate(0, 1, window=(top, left, h, w))
     for k in ("sparse", "target", "dense", "disturbed", "valid"):
       np.testing.assert_array_equal(win[k], full[k][top:top + h, left:left + w], err_msg=k)
 
@@ -107,6 +107,6 @@ def test_statistics_like_kitti(frames):
 
 def test_bad_window():
   with pytest.raises(ValueError, match="window"):
-    S.generate(0, 0, window=(300, 0, 64, 64))
+    synthetic.generate(0, 0, window=(300, 0, 64, 64))
   with pytest.raises(ValueError, match="non-negative"):
-    S.generate(-1, 0)
+    synthetic.generate(-1, 0)

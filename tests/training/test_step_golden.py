@@ -10,7 +10,7 @@ import pytest
 
 from pncnn_jax.checkpoints import convert
 from pncnn_jax.nn import models
-from pncnn_jax.training import step as train_step
+from pncnn_jax.training import step as training_step
 
 from conftest import GOLDEN, WEIGHTS, load_npz, nchw_to_nhwc
 
@@ -45,7 +45,7 @@ def _run(case: str):
   variables, _ = convert.state_dict_to_variables(load_npz(WEIGHTS / f"{weights}.npz"))
   variables = jax.tree.map(jnp.asarray, variables)
   model = models.build_model(variant)
-  state = train_step.create_train_state(model, variables, train_step.make_optimizer(LR))
+  state = training_step.create_train_state(model, variables, training_step.make_optimizer(LR))
   batch = {"sparse": jnp.asarray(nchw_to_nhwc(golden["input"])), "target": jnp.asarray(nchw_to_nhwc(golden["target"]))}
   loss_name = models.VARIANTS[variant].loss
 
@@ -59,10 +59,10 @@ def _run(case: str):
   def everything(state, batch):
     # One program (one compile, ~20 s on CPU): the train step itself, plus the gradients and train-mode outputs
     # it computes internally (XLA shares the duplicated forward/backward), plus the eval-mode forward before.
-    (_, (out_train, stats)), grads = train_step.loss_and_grads(state, state.params, batch, loss_name)
-    new_state, metrics = train_step.train_step(state, batch, loss_name=loss_name)
+    (_, (out_train, stats)), grads = training_step.loss_and_grads(state, state.params, batch, loss_name)
+    new_state, metrics = training_step.train_step(state, batch, loss_name=loss_name)
     if loss_name != "masked_l1":
-      return train_step.eval_step(state, batch), out_train, stats, grads, new_state, metrics, grads
+      return training_step.eval_step(state, batch), out_train, stats, grads, new_state, metrics, grads
 
     def ref_sign_l1(p):
       out, _ = state.apply_fn({"params": p, "batch_stats": state.batch_stats}, batch["sparse"], train=True,
@@ -71,7 +71,7 @@ def _run(case: str):
 
     grads_ref_sign = jax.grad(ref_sign_l1)(state.params)
     new_state = state.apply_gradients(grads=grads_ref_sign, batch_stats=stats)
-    return train_step.eval_step(state, batch), out_train, stats, grads_ref_sign, new_state, metrics, grads
+    return training_step.eval_step(state, batch), out_train, stats, grads_ref_sign, new_state, metrics, grads
 
   return (golden, variables, *jax.jit(everything)(state, batch))
 
@@ -158,7 +158,7 @@ def test_adam_in_isolation(shared_dir, case):
   golden = load_npz(GOLDEN / "train_step" / f"{case}.npz")
   p0 = {k: v for k, v in load_npz(WEIGHTS / f"{weights}.npz").items() if f"grad/{k}" in golden}
   g = {k: golden[f"grad/{k}"] for k in p0}
-  tx = train_step.make_optimizer(LR)
+  tx = training_step.make_optimizer(LR)
   updates, _ = tx.update(g, tx.init(p0), p0)
   for k in p0:
     np.testing.assert_allclose(p0[k] + np.asarray(updates[k]), golden[f"param_after_step/{k}"], atol=2e-6, rtol=0)

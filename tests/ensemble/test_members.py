@@ -11,12 +11,12 @@ import optax
 import pytest
 
 from pncnn_jax import from_config
-from pncnn_jax.checkpoints import manager as checkpointing
-from pncnn_jax.ensemble import members as ensemble
+from pncnn_jax.checkpoints import manager
+from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models
-from pncnn_jax.training import ensemble as ensemble_train
-from pncnn_jax.training import loop as train
-from pncnn_jax.training import step as ts
+from pncnn_jax.training import ensemble as training_ensemble
+from pncnn_jax.training import loop
+from pncnn_jax.training import step as training_step
 
 from conftest import REPO
 
@@ -33,52 +33,52 @@ def members(*per_member):
 def test_mean_weighted_and_max_confidence_by_hand():
   mu = members([1.0, 1.0], [3.0, 2.0], [5.0, 6.0])  # 2 pixels, K = 3
   c = members([1.0, 0.5], [3.0, 2.0], [0.0, 2.0])
-  np.testing.assert_allclose(ensemble.fuse_mean(mu)[0, 0, :, 0], [3.0, 3.0])
+  np.testing.assert_allclose(ensemble_members.fuse_mean(mu)[0, 0, :, 0], [3.0, 3.0])
   # pixel 0: (1*1 + 3*3 + 0*5) / 4 = 2.5; pixel 1: (0.5*1 + 2*2 + 2*6) / 4.5 = 16.5 / 4.5
-  np.testing.assert_allclose(ensemble.fuse_weighted_mean(mu, c)[0, 0, :, 0], [2.5, 16.5 / 4.5], rtol=1e-6)
+  np.testing.assert_allclose(ensemble_members.fuse_weighted_mean(mu, c)[0, 0, :, 0], [2.5, 16.5 / 4.5], rtol=1e-6)
   # pixel 0: member 1 (c=3); pixel 1: members 1 and 2 tie at c=2 -> the first, member 1 (2.0)
-  np.testing.assert_array_equal(ensemble.fuse_max_confidence(mu, c)[0, 0, :, 0], [3.0, 2.0])
+  np.testing.assert_array_equal(ensemble_members.fuse_max_confidence(mu, c)[0, 0, :, 0], [3.0, 2.0])
 
 
 def test_weighted_mean_falls_back_to_mean_without_confidence():
   mu, c = members([1.0], [2.0], [6.0]), members([0.0], [0.0], [0.0])
-  np.testing.assert_allclose(ensemble.fuse_weighted_mean(mu, c)[0, 0, :, 0], [3.0])
+  np.testing.assert_allclose(ensemble_members.fuse_weighted_mean(mu, c)[0, 0, :, 0], [3.0])
   mu = members([2.0], [2.1], [2.2])  # uniform weights, symmetric and unimodal (spread < v): mode 2.1
-  np.testing.assert_allclose(ensemble.fuse_mle(mu, c)[0, 0, :, 0], [2.1], atol=1e-4)
+  np.testing.assert_allclose(ensemble_members.fuse_mle(mu, c)[0, 0, :, 0], [2.1], atol=1e-4)
 
 
 def test_mixture_moments_by_hand():
   # mu = (1, 3), c = (1, 0.25) i.e. sigma^2 = (1, 4).
   mu, c = members([1.0], [3.0]), members([1.0], [0.25])
-  mean, var = ensemble.mixture_moments(mu, c)  # uniform: 2, (1 + 4)/2 + ((1-2)^2 + (3-2)^2)/2 = 3.5
+  mean, var = ensemble_members.mixture_moments(mu, c)  # uniform: 2, (1 + 4)/2 + ((1-2)^2 + (3-2)^2)/2 = 3.5
   np.testing.assert_allclose([mean.ravel()[0], var.ravel()[0]], [2.0, 3.5], rtol=1e-6)
   # confidence weights w = (0.8, 0.2): mean 1.4; aleatoric 0.8/1 + 0.2/0.25 = 1.6 (= K / sum c);
   # spread 0.8 * 0.4^2 + 0.2 * 1.6^2 = 0.64
-  mean, var = ensemble.mixture_moments(mu, c, weighting="confidence")
+  mean, var = ensemble_members.mixture_moments(mu, c, weighting="confidence")
   np.testing.assert_allclose([mean.ravel()[0], var.ravel()[0]], [1.4, 2.24], rtol=1e-6)
   # about another point f: var + (mean - f)^2 (max-confidence picks mu = 1)
-  f, prec = ensemble.fuse(mu, c, "max_confidence")
+  f, prec = ensemble_members.fuse(mu, c, "max_confidence")
   np.testing.assert_allclose([f.ravel()[0], 1.0 / prec.ravel()[0]], [1.0, 2.24 + 0.4**2], rtol=1e-6)
-  f, prec = ensemble.fuse(mu, c, "mean")
+  f, prec = ensemble_members.fuse(mu, c, "mean")
   np.testing.assert_allclose(1.0 / prec.ravel()[0], 3.5, rtol=1e-6)
 
 
 def test_zero_precision_member():
   mu, c = members([1.0], [2.0]), members([0.0], [1.0])
-  _, var = ensemble.mixture_moments(mu, c)
+  _, var = ensemble_members.mixture_moments(mu, c)
   assert np.isinf(var.ravel()[0])  # uniform weights: a member with sigma = inf
-  _, var = ensemble.mixture_moments(mu, c, weighting="confidence")
+  _, var = ensemble_members.mixture_moments(mu, c, weighting="confidence")
   np.testing.assert_allclose(var.ravel()[0], 1.0)  # it gets weight 0: only member 1, sigma^2 = 1
-  assert ensemble.fuse_max_confidence(mu, c).ravel()[0] == 2.0
+  assert ensemble_members.fuse_max_confidence(mu, c).ravel()[0] == 2.0
 
 
 def test_bad_shapes_raise():
   with pytest.raises(ValueError, match=r"\(K, B, H, W, 1\)"):
-    ensemble.fuse_weighted_mean(jnp.ones((2, 4, 4, 1)), jnp.ones((2, 4, 4, 1)))
+    ensemble_members.fuse_weighted_mean(jnp.ones((2, 4, 4, 1)), jnp.ones((2, 4, 4, 1)))
   with pytest.raises(ValueError, match="unknown fusion rule"):
-    ensemble.fuse(members([1.0]), members([1.0]), "median")
+    ensemble_members.fuse(members([1.0]), members([1.0]), "median")
   with pytest.raises(ValueError, match="member 1 has leaf shapes"):
-    ensemble.stack_trees([{"w": jnp.ones(3)}, {"w": jnp.ones(4)}])
+    ensemble_members.stack_trees([{"w": jnp.ones(3)}, {"w": jnp.ones(4)}])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_mle_two_clusters_by_hand():
   # each pair's mode is its midpoint; the heavier pair wins. The plain mean (3.0375 m) lies between them.
   mu = members([1.0, 1.0], [1.1, 1.1], [5.0, 5.0], [5.05, 5.05])
   c = members([1.0, 3.0], [1.0, 3.0], [3.0, 1.0], [3.0, 1.0])
-  mode = ensemble.fuse_mle(mu, c)[0, 0, :, 0]
+  mode = ensemble_members.fuse_mle(mu, c)[0, 0, :, 0]
   np.testing.assert_allclose(mode, [5.025, 1.05], atol=1e-4)
 
 
@@ -115,10 +115,10 @@ def _grid_mode(mu, w, v):
 @pytest.mark.parametrize("spread", [0.15, 0.6, 2.5])  # overlapping, partly merged and multi-modal mixtures
 def test_mle_matches_grid_search(spread):
   rng = np.random.default_rng(int(spread * 100))
-  k, n, v = 4, 300, ensemble.DEFAULT_MLE_VARIANCE
+  k, n, v = 4, 300, ensemble_members.DEFAULT_MLE_VARIANCE
   mu = rng.uniform(1.0, 60.0, (1, n)) + rng.normal(0.0, spread, (k, n))
   c = np.exp(rng.uniform(-3.0, 3.0, (k, n)))
-  mode = np.asarray(ensemble.fuse_mle(members(*mu), members(*c))).ravel()
+  mode = np.asarray(ensemble_members.fuse_mle(members(*mu), members(*c))).ravel()
   ref, gap = _grid_mode(mu, c / c.sum(0), v)
 
   def log_p(x):
@@ -139,7 +139,7 @@ def test_mle_gradient_matches_autodiff():
   logw = jnp.log(jax.nn.softmax(jnp.asarray(rng.normal(size=(4, 7)), jnp.float32), axis=0))
   x = jnp.asarray(rng.normal(5.0, 0.7, (4, 7)), jnp.float32)
   ref = jax.grad(lambda x: jnp.sum(jax.nn.logsumexp(logw[None] - 0.5 * (x[:, None] - mu[None])**2 / 0.1, 1)))(x)
-  _, got = ensemble._mixture_terms(x, mu, logw, 0.1)  # pylint: disable=protected-access
+  _, got = ensemble_members._mixture_terms(x, mu, logw, 0.1)  # pylint: disable=protected-access
   np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -154,23 +154,23 @@ SMALL_VARIANT = "no_var_est"
 
 def test_init_ensemble_stacks_the_seeds_inits():
   ncnn = models.build_model("ncnn")  # 481 parameters: cheap to initialise eagerly
-  stacked = ensemble.init_ensemble(ncnn, [3, 7, 11], (32, 64))
-  assert ensemble.ensemble_size(stacked) == 3
-  for s, got in zip([3, 7, 11], ensemble.unstack_tree(stacked)):
+  stacked = ensemble_members.init_ensemble(ncnn, [3, 7, 11], (32, 64))
+  assert ensemble_members.ensemble_size(stacked) == 3
+  for s, got in zip([3, 7, 11], ensemble_members.unstack_tree(stacked)):
     jax.tree.map(np.testing.assert_array_equal, got, models.init_variables(ncnn, jax.random.key(s), (32, 64)))
 
 
 def test_vmap_ensemble_equals_separate_members():
   model = models.build_model(SMALL_VARIANT)
-  stacked = ensemble.init_ensemble(model, [3, 7, 11], (32, 64))
+  stacked = ensemble_members.init_ensemble(model, [3, 7, 11], (32, 64))
   # Perturbed BatchNorm statistics too, so that members differ in every part.
   stacked = jax.tree.map(
       lambda x: x + 0.01 * jnp.arange(x.shape[0], dtype=x.dtype).reshape((-1,) + (1,) * (x.ndim - 1)), stacked)
   sparse = _sparse(np.random.default_rng(0), (2, 32, 64, 1))
-  out = jax.jit(functools.partial(ensemble.apply_ensemble, model, method="vmap"))(stacked, sparse)
+  out = jax.jit(functools.partial(ensemble_members.apply_ensemble, model, method="vmap"))(stacked, sparse)
   assert out.depth.shape == (3, 2, 32, 64, 1)
   apply = jax.jit(lambda v, x: model.apply(v, x, train=False))
-  for k, v in enumerate(ensemble.unstack_tree(stacked)):
+  for k, v in enumerate(ensemble_members.unstack_tree(stacked)):
     want = apply(v, sparse)
     np.testing.assert_allclose(out.depth[k], want.depth, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(out.confidence[k], want.confidence, rtol=2e-5, atol=1e-6)
@@ -179,29 +179,30 @@ def test_vmap_ensemble_equals_separate_members():
 @pytest.mark.parametrize("method", ["vmap", "map", "unroll"])
 def test_member_map_shared_and_per_member_inputs(method):
   ncnn = models.build_model("ncnn")
-  stacked = ensemble.init_ensemble(ncnn, [0, 1], (32, 64))
+  stacked = ensemble_members.init_ensemble(ncnn, [0, 1], (32, 64))
   sparse = _sparse(np.random.default_rng(1), (2, 2, 32, 64, 1))
-  per = jax.jit(functools.partial(ensemble.apply_ensemble, ncnn, per_member=True, method=method))(stacked, sparse)
-  shared = jax.jit(functools.partial(ensemble.apply_ensemble, ncnn, method=method))(stacked, sparse[0])
+  per = jax.jit(functools.partial(ensemble_members.apply_ensemble, ncnn, per_member=True, method=method))(stacked,
+                                                                                                          sparse)
+  shared = jax.jit(functools.partial(ensemble_members.apply_ensemble, ncnn, method=method))(stacked, sparse[0])
   apply = jax.jit(lambda v, x: ncnn.apply(v, x, train=False))
-  for k, v in enumerate(ensemble.unstack_tree(stacked)):
+  for k, v in enumerate(ensemble_members.unstack_tree(stacked)):
     np.testing.assert_allclose(per.depth[k], apply(v, sparse[k]).depth, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(shared.depth[k], apply(v, sparse[0]).depth, rtol=2e-5, atol=2e-5)
 
 
 def test_unrolled_members_run_the_single_models_program_and_bad_methods_fail():
   ncnn = models.build_model("ncnn")
-  stacked = ensemble.init_ensemble(ncnn, [0, 1, 2], (32, 64))
+  stacked = ensemble_members.init_ensemble(ncnn, [0, 1, 2], (32, 64))
   sparse = _sparse(np.random.default_rng(2), (1, 32, 64, 1))
-  out = jax.jit(functools.partial(ensemble.apply_ensemble, ncnn, method="unroll"))(stacked, sparse)
+  out = jax.jit(functools.partial(ensemble_members.apply_ensemble, ncnn, method="unroll"))(stacked, sparse)
   assert out.depth.shape == (3, 1, 32, 64, 1)
   apply = jax.jit(lambda v, x: ncnn.apply(v, x, train=False))
-  for k, v in enumerate(ensemble.unstack_tree(stacked)):
+  for k, v in enumerate(ensemble_members.unstack_tree(stacked)):
     want = apply(v, sparse)
     np.testing.assert_allclose(out.depth[k], want.depth, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(out.confidence[k], want.confidence, rtol=1e-6, atol=1e-7)
   with pytest.raises(ValueError, match="'auto', 'vmap', 'map' or 'unroll'"):
-    ensemble.member_map(lambda v: v, "loop")
+    ensemble_members.member_map(lambda v: v, "loop")
 
 
 def _sparse(rng, shape):
@@ -213,19 +214,19 @@ def _sparse(rng, shape):
 
 
 def test_member_subsets_and_epochs():
-  subs = [ensemble_train.member_subset(100, 0.3, s) for s in (0, 1)]
+  subs = [training_ensemble.member_subset(100, 0.3, s) for s in (0, 1)]
   assert [len(s) for s in subs] == [30, 30] and not np.array_equal(subs[0], subs[1])
   assert len(np.unique(subs[0])) == 30 and subs[0].max() < 100
-  np.testing.assert_array_equal(subs[0], ensemble_train.member_subset(100, 0.3, 0))  # a function of the seed
+  np.testing.assert_array_equal(subs[0], training_ensemble.member_subset(100, 0.3, 0))  # a function of the seed
   per_epoch = 30 // 4  # 7 batches, 2 examples dropped per epoch
-  seen = np.concatenate([ensemble_train.member_example_indices(subs[0], 0, s, 4)[0] for s in range(per_epoch)])
+  seen = np.concatenate([training_ensemble.member_example_indices(subs[0], 0, s, 4)[0] for s in range(per_epoch)])
   assert len(np.unique(seen)) == 28 and set(seen) <= set(subs[0])  # one epoch: distinct examples of the subset
-  idx, epoch = ensemble_train.member_example_indices(subs[0], 0, per_epoch, 4)
+  idx, epoch = training_ensemble.member_example_indices(subs[0], 0, per_epoch, 4)
   assert epoch == 1 and set(idx) <= set(subs[0])
   with pytest.raises(ValueError, match="fewer than one batch"):
-    ensemble_train.member_example_indices(subs[0][:3], 0, 0, 4)
+    training_ensemble.member_example_indices(subs[0][:3], 0, 0, 4)
   with pytest.raises(ValueError, match="subset_fraction"):
-    ensemble_train.member_subset(100, 0.0, 0)
+    training_ensemble.member_subset(100, 0.0, 0)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -237,19 +238,19 @@ def test_ensemble_step_equals_separate_train_steps(method):
   # SGD, not Adam: Adam's first step is ~lr * sign(g), which turns float noise in near-zero gradients into
   # differences of 2 lr; with SGD the parameters compare at the gradients' precision.
   model = models.build_model("ncnn")  # no BatchNorm, but cheap to compile (BatchNorm: the resume test below)
-  variables = ensemble.init_ensemble(model, [0, 1], (32, 64))
+  variables = ensemble_members.init_ensemble(model, [0, 1], (32, 64))
   tx = optax.sgd(0.01)
-  state = ensemble_train.create_ensemble_state(model, variables, tx)
+  state = training_ensemble.create_ensemble_state(model, variables, tx)
   rng = np.random.default_rng(1)
   target = rng.uniform(2, 40, (2, 2, 32, 64, 1)).astype(np.float32)
   sparse = np.where(rng.random(target.shape) < 0.2, target, 0).astype(np.float32)
   batch = {"sparse": sparse, "target": np.where(rng.random(target.shape) < 0.5, target, 0).astype(np.float32)}
-  new, m = jax.jit(functools.partial(ensemble_train.ensemble_train_step, loss_name="masked_l1", method=method))(
+  new, m = jax.jit(functools.partial(training_ensemble.ensemble_train_step, loss_name="masked_l1", method=method))(
       state, batch)
   assert m["loss"].shape == (2,) and np.all(np.asarray(new.step) == 1)
-  step = jax.jit(functools.partial(ts.train_step, loss_name="masked_l1"))
-  for k, v in enumerate(ensemble.unstack_tree(variables)):
-    single, ms = step(ts.create_train_state(model, v, tx), {key: a[k] for key, a in batch.items()})
+  step = jax.jit(functools.partial(training_step.train_step, loss_name="masked_l1"))
+  for k, v in enumerate(ensemble_members.unstack_tree(variables)):
+    single, ms = step(training_step.create_train_state(model, v, tx), {key: a[k] for key, a in batch.items()})
     np.testing.assert_allclose(m["loss"][k], ms["loss"], rtol=1e-5)
     got = jax.tree.map(lambda x, k=k: x[k], new.params)
     jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-7), got, single.params)
@@ -280,7 +281,7 @@ TRAINING = pytest.mark.xdist_group("ensemble_training")
 def trained_ensemble(tmp_path_factory):
   """A finished tiny ensemble run (`_tiny_config`: 4 steps in one go, then evaluation): (workdir, summary)."""
   wd = tmp_path_factory.mktemp("ensemble") / "a"
-  return wd, train.train_and_evaluate(_tiny_config(), wd)
+  return wd, loop.train_and_evaluate(_tiny_config(), wd)
 
 
 @TRAINING
@@ -292,17 +293,17 @@ def test_train_ensemble_resumes_exactly(tmp_path, trained_ensemble):
   assert list(rows) == ["member 0", "member 1", "mean", "weighted_mean", "max_confidence", "mle"]
   assert all(np.isfinite(r["rmse"]) and 0 <= r["ause_pncnn"] <= 1 for r in rows.values())
   assert rows["mean"]["num_images"] == 2
-  assert train.train_and_evaluate(config, tmp_path / "b", stop_after_steps=2) == {}  # "killed" after step 2
-  rows_b = train.train_and_evaluate(config, tmp_path / "b")["rows"]  # resumes at step 2
-  with checkpointing.Checkpointer(a, read_only=True) as ca, \
-       checkpointing.Checkpointer(tmp_path / "b", async_save=False) as cb:
+  assert loop.train_and_evaluate(config, tmp_path / "b", stop_after_steps=2) == {}  # "killed" after step 2
+  rows_b = loop.train_and_evaluate(config, tmp_path / "b")["rows"]  # resumes at step 2
+  with manager.Checkpointer(a, read_only=True) as ca, \
+       manager.Checkpointer(tmp_path / "b", async_save=False) as cb:
     assert ca.all_steps() == cb.all_steps() == [2, 4]
     (ta, meta), (tb, _) = ca.restore(4), cb.restore(4)
   assert meta["ensemble_size"] == 2 and meta["seeds"] == [0, 1]
   jax.tree.map(np.testing.assert_array_equal, ta, tb)
   assert rows_b["mle"]["rmse"] == rows["mle"]["rmse"]
-  variables, _ = ensemble.load_ensemble(a)  # an ensemble workdir loads stacked
-  assert ensemble.ensemble_size(variables) == 2
+  variables, _ = ensemble_members.load_ensemble(a)  # an ensemble workdir loads stacked
+  assert ensemble_members.ensemble_size(variables) == 2
   # members differ (own seeds, own data) and were trained
   p = variables["params"]["nconv"]
   leaf = jax.tree.leaves(p)[0]
@@ -312,17 +313,17 @@ def test_train_ensemble_resumes_exactly(tmp_path, trained_ensemble):
 @TRAINING
 @pytest.mark.slow  # end-to-end: two epochs of the tiny ensemble (~30 s on an idle 2-core machine)
 def test_train_ensemble_keeps_the_best_checkpoint(tmp_path):
-  """Every validation ranks its checkpoint by the RMSE of `ensemble.select_rule`; the best one is kept beyond
+  """Every validation ranks its checkpoint by the RMSE of `ensemble_members.select_rule`; the best one is kept beyond
   max_to_keep, as for a single model."""
   config = _tiny_config()  # its programs are the shared run's (`trained_ensemble`): only the run's length differs
   config.num_epochs, config.max_to_keep = 2, 1  # validations at steps 4 and 8
   config.checkpoint_every_steps = -1
   config.ensemble.select_rule = "max_confidence"
-  summary = train.train_and_evaluate(config, tmp_path)
+  summary = loop.train_and_evaluate(config, tmp_path)
   val = {r["step"]: r["rmse"] for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
          if r["split"] == "val"}
   assert sorted(val) == [4, 8] and summary["val"]["rmse"] == val[8] == summary["rows"]["max_confidence"]["rmse"]
-  with checkpointing.Checkpointer(tmp_path, async_save=False) as c:
+  with manager.Checkpointer(tmp_path, async_save=False) as c:
     best, steps = c.best_step(), c.all_steps()
     assert best == min(val, key=val.get) and c.metrics(best)["rmse"] == val[best]
   assert steps == sorted({best, 8})  # the latest (max_to_keep=1) and the best
@@ -336,7 +337,7 @@ def test_train_ensemble_refuses_a_workdir_of_another_variant(trained_ensemble):
                                  ":ncnn")
   before = sorted(p.relative_to(wd) for p in wd.rglob("*"))
   with pytest.raises(ValueError, match=f"holds a run of variant '{SMALL_VARIANT}', but config.variant is 'ncnn'"):
-    train.train_and_evaluate(other, wd)
+    loop.train_and_evaluate(other, wd)
   assert sorted(p.relative_to(wd) for p in wd.rglob("*")) == before  # refused before anything was written
 
 
@@ -348,10 +349,10 @@ def test_precision_scales_are_each_members_maximum_likelihood_scale():
   target = jnp.asarray([2.0, 4.0, 6.0, 0.0])[None, None, :, None]  # the last pixel has no ground truth
   mu = members([3.0, 4.0, 4.0, 99.0], [2.5, 4.5, 6.5, -5.0])  # residuals (1, 0, -2) and (0.5, 0.5, 0.5)
   c = members([2.0, 1.0, 0.5, 7.0], [4.0, 4.0, 4.0, 1e9])
-  sums, count = jax.device_get(ensemble.calibration_sums(mu, c, target))
+  sums, count = jax.device_get(ensemble_members.calibration_sums(mu, c, target))
   np.testing.assert_allclose(sums, [2.0 + 0.0 + 2.0, 3 * 4.0 * 0.25])  # sum c r^2 over the valid pixels only
   assert count == 3
-  scales = ensemble.precision_scales(sums, count)
+  scales = ensemble_members.precision_scales(sums, count)
   np.testing.assert_allclose(scales, [3 / 4.0, 3 / 3.0])
   for k in range(2):  # the Gaussian log-likelihood of s * c_k is largest at s_k
     r2, ck = np.square(np.asarray(mu[k] - target)).ravel()[:3], np.asarray(c[k]).ravel()[:3]
@@ -361,33 +362,33 @@ def test_precision_scales_are_each_members_maximum_likelihood_scale():
 
 def test_precision_scales_refuse_what_cannot_be_calibrated():
   with pytest.raises(ValueError, match="no valid target pixel"):
-    ensemble.precision_scales([1.0, 2.0], 0)
+    ensemble_members.precision_scales([1.0, 2.0], 0)
   with pytest.raises(ValueError, match=r"members \[0, 2\] have a weighted squared error sum of \[0.0, inf\]"):
-    ensemble.precision_scales([0.0, 2.0, np.inf], 10)
+    ensemble_members.precision_scales([0.0, 2.0, np.inf], 10)
   with pytest.raises(ValueError, match="target must be"):
-    ensemble.calibration_sums(members([1.0, 2.0]), members([1.0, 1.0]), jnp.ones((1, 1, 3, 1)))
+    ensemble_members.calibration_sums(members([1.0, 2.0]), members([1.0, 1.0]), jnp.ones((1, 1, 3, 1)))
 
 
 def test_calibrated_rows_rescale_the_precisions_and_nothing_else():
   model = models.build_model(SMALL_VARIANT)
   loss_name = models.VARIANTS[SMALL_VARIANT].loss
-  stacked = ensemble.init_ensemble(model, [3, 7], (32, 64))
+  stacked = ensemble_members.init_ensemble(model, [3, 7], (32, 64))
   rng = np.random.default_rng(0)
   batches = [{"sparse": _sparse(rng, (2, 32, 64, 1)), "target": rng.uniform(2, 50, (2, 32, 64, 1)).astype(np.float32)}
              for _ in range(2)]
   rules = ("mean", "weighted_mean", "max_confidence")
-  evaluate = functools.partial(ensemble.evaluate_ensemble, model, stacked, loss_name=loss_name, rules=rules)
+  evaluate = functools.partial(ensemble_members.evaluate_ensemble, model, stacked, loss_name=loss_name, rules=rules)
   raw = evaluate(batches)
   assert list(raw) == ["member 0", "member 1", *rules]
   ones = evaluate(batches, precision_scales=[1.0, 1.0])  # scale 1: the calibrated rows are the raw ones
-  assert list(ones) == list(raw) + [n + ensemble.CALIBRATED for n in raw]
+  assert list(ones) == list(raw) + [n + ensemble_members.CALIBRATED for n in raw]
   for name in raw:
-    assert ones[name] == raw[name] == ones[name + ensemble.CALIBRATED]
-  scales = ensemble.fit_precision_scales(model, stacked, batches, loss_name=loss_name)
+    assert ones[name] == raw[name] == ones[name + ensemble_members.CALIBRATED]
+  scales = ensemble_members.fit_precision_scales(model, stacked, batches, loss_name=loss_name)
   assert scales.shape == (2,) and np.all(scales > 0) and not np.allclose(scales, 1.0)
   fitted = evaluate(batches, precision_scales=scales)
   for k in range(2):  # fitted on these pixels: the maximum-likelihood scale lowers each member's NLL
-    raw_k, cal_k = fitted[f"member {k}"], fitted[f"member {k}" + ensemble.CALIBRATED]
+    raw_k, cal_k = fitted[f"member {k}"], fitted[f"member {k}" + ensemble_members.CALIBRATED]
     assert cal_k["nll"] < raw_k["nll"]
     for key in ("mae", "rmse", "imae", "irmse"):  # the depth is unchanged
       assert cal_k[key] == raw_k[key], key
@@ -396,8 +397,8 @@ def test_calibrated_rows_rescale_the_precisions_and_nothing_else():
   common = evaluate(batches, precision_scales=[2.5, 2.5])  # one scale for all: the same weights and picks
   for r in rules:
     for key in ("mae", "rmse"):
-      np.testing.assert_allclose(common[r + ensemble.CALIBRATED][key], raw[r][key], rtol=1e-6)
-  assert fitted["max_confidence" + ensemble.CALIBRATED]["rmse"] != raw["max_confidence"]["rmse"]
+      np.testing.assert_allclose(common[r + ensemble_members.CALIBRATED][key], raw[r][key], rtol=1e-6)
+  assert fitted["max_confidence" + ensemble_members.CALIBRATED]["rmse"] != raw["max_confidence"]["rmse"]
   with pytest.raises(ValueError, match=r"precision_scales must be 2 finite values > 0 \(one per member\)"):
     evaluate(batches, precision_scales=[1.0, 0.0])
 
@@ -407,14 +408,14 @@ def test_ensemble_config_evaluates_calibrated_rows_fitted_on_another_split():
   config.ensemble.rules = ("mean", "max_confidence")
   config.ensemble.calibration_split = "train"  # evaluated on 'val'
   from_config.check_config(config, training=False)
-  stacked = ensemble.init_ensemble(models.build_model(SMALL_VARIANT), [0, 1], (32, 64))
-  rows = ensemble.evaluate_ensemble_config(config, stacked)
+  stacked = ensemble_members.init_ensemble(models.build_model(SMALL_VARIANT), [0, 1], (32, 64))
+  rows = ensemble_members.evaluate_ensemble_config(config, stacked)
   names = ["member 0", "member 1", "mean", "max_confidence"]
-  assert list(rows) == names + [n + ensemble.CALIBRATED for n in names]
+  assert list(rows) == names + [n + ensemble_members.CALIBRATED for n in names]
   config.ensemble.calibration_split = ""
-  raw = ensemble.evaluate_ensemble_config(config, stacked)
+  raw = ensemble_members.evaluate_ensemble_config(config, stacked)
   assert list(raw) == names and all(raw[n] == rows[n] for n in names)
-  assert rows["member 0" + ensemble.CALIBRATED]["nll"] != raw["member 0"]["nll"]
+  assert rows["member 0" + ensemble_members.CALIBRATED]["nll"] != raw["member 0"]["nll"]
 
 
 def test_ensemble_config_evaluates_shipped_members_as_they_were_trained():
@@ -427,11 +428,11 @@ def test_ensemble_config_evaluates_shipped_members_as_they_were_trained():
   config.ensemble.rules, config.ensemble.mle_steps = ("mean",), 5
   config.data.eval_crop_height, config.data.eval_crop_width = 64, 96
   config.data.eval_synthetic_size, config.eval_batch_size = 4, 4
-  rows = ensemble.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn_masked_seed1"])
+  rows = ensemble_members.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn_masked_seed1"])
   single = loader.load("synthetic:pncnn_masked")
   alone = evaluate.run_evaluation(single.build_model(), single.variables, from_config.eval_iterator(config),
                                   loss_name=single.loss)
   for key in ("mae", "rmse"):
     np.testing.assert_allclose(rows["member 0"][key], alone.metrics[key], rtol=1e-5)
   with pytest.raises(ValueError, match="were trained with and without model.mask_input_confidence"):
-    ensemble.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn"])
+    ensemble_members.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn"])

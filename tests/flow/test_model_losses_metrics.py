@@ -13,7 +13,7 @@ import pytest
 from pncnn_jax import losses
 from pncnn_jax.flow import losses as flow_losses
 from pncnn_jax.flow import metrics as flow_metrics
-from pncnn_jax.flow import model as flow
+from pncnn_jax.flow import model as flow_model
 from pncnn_jax.nn import layers
 
 
@@ -67,16 +67,16 @@ def _sparse_flow(key, shape=(2, 24, 40), density=0.2):
 
 def test_fold_and_unfold_are_inverse():
   x = jnp.arange(2 * 3 * 4 * 2, dtype=jnp.float32).reshape(2, 3, 4, 2)
-  folded = flow.fold_channels(x)
+  folded = flow_model.fold_channels(x)
   assert folded.shape == (4, 3, 4, 1)
   np.testing.assert_array_equal(folded[1, ..., 0], x[1, ..., 0])  # channel 0 of image 1
   np.testing.assert_array_equal(folded[2, ..., 0], x[0, ..., 1])  # channel 1 of image 0
-  np.testing.assert_array_equal(flow.unfold_channels(folded, 2), x)
+  np.testing.assert_array_equal(flow_model.unfold_channels(folded, 2), x)
 
 
 def test_flow_model_applies_one_nconv_network_to_each_component_with_the_shared_confidence():
-  model = flow.build_flow_model("flow_ncnn_conf", unet_features=(4, 4, 8, 8))
-  variables = flow.init_flow_variables(model, jax.random.key(0))
+  model = flow_model.build_flow_model("flow_ncnn_conf", unet_features=(4, 4, 8, 8))
+  variables = flow_model.init_flow_variables(model, jax.random.key(0))
   sparse = _sparse_flow(jax.random.key(1))
   out = jax.jit(model.apply)(variables, sparse)
   assert out.flow.shape == (2, 24, 40, 2) and out.depth is out.flow
@@ -98,8 +98,8 @@ def test_binary_flow_model_commutes_with_rotating_the_vectors():
   # NConvUNet is affine in the data, out = A x + beta (normalized convolution keeps constants, so every layer's bias
   # adds up to beta = out(0)); with one scalar network per component A commutes with rotating all vectors by R:
   # out(R x) - beta = R (out(x) - beta).
-  model = flow.build_flow_model("flow_ncnn")
-  variables = flow.init_flow_variables(model, jax.random.key(2))
+  model = flow_model.build_flow_model("flow_ncnn")
+  variables = flow_model.init_flow_variables(model, jax.random.key(2))
   sparse = _sparse_flow(jax.random.key(3))
   a = 0.7
   rot = jnp.asarray([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], jnp.float32)
@@ -111,16 +111,16 @@ def test_binary_flow_model_commutes_with_rotating_the_vectors():
 
 
 def test_flow_model_rejects_a_depth_shaped_input():
-  model = flow.build_flow_model("flow_ncnn")
-  variables = flow.init_flow_variables(model, jax.random.key(0))
+  model = flow_model.build_flow_model("flow_ncnn")
+  variables = flow_model.init_flow_variables(model, jax.random.key(0))
   with pytest.raises(ValueError, match=r"expected sparse of shape \(B, H, W, 3\)"):
     model.apply(variables, jnp.zeros((1, 8, 8, 1)))
   with pytest.raises(ValueError, match="mask_input_confidence"):
-    flow.build_flow_model("flow_pncnn", mask_input_confidence=True)
+    flow_model.build_flow_model("flow_pncnn", mask_input_confidence=True)
 
 
 def test_anisotropic_variant_predicts_one_precision_per_component():
-  model = flow.build_flow_model("flow_pncnn_aniso", unet_features=(4, 4, 8, 8))
+  model = flow_model.build_flow_model("flow_pncnn_aniso", unet_features=(4, 4, 8, 8))
   sparse = jax.ShapeDtypeStruct((2, 24, 40, 3), jnp.float32)
   variables = jax.eval_shape(model.init, jax.random.key(0), sparse)  # shapes only: nothing is compiled
   out = jax.eval_shape(model.apply, variables, sparse)

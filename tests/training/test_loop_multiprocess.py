@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from pncnn_jax import from_config
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import manager
 from pncnn_jax.runtime import distributed
-from pncnn_jax.training import loop as train
+from pncnn_jax.training import loop
 
 from conftest import REPO, TEST_XLA_FLAGS
 
@@ -48,15 +48,15 @@ _WORKER = r"""
 import os, pathlib, runpy, sys, time
 stall = int(os.environ.get("PNCNN_TEST_STALL_AT", "0"))
 if stall:
-  from pncnn_jax.checkpoints import manager as checkpointing
-  save = checkpointing.Checkpointer.save
+  from pncnn_jax.checkpoints import manager
+  save = manager.Checkpointer.save
   def save_then_stall(self, step, *args, **kwargs):
     save(self, step, *args, **kwargs)
     if step == stall:
       self.wait()
       pathlib.Path(os.environ["PNCNN_TEST_STALL_FILE"]).touch()
       time.sleep(3600)
-  checkpointing.Checkpointer.save = save_then_stall
+  manager.Checkpointer.save = save_then_stall
 sys.argv = ["train.py"] + sys.argv[1:]
 runpy.run_path("train.py", run_name="__main__")
 """
@@ -132,7 +132,7 @@ def _reference(workdir):
       node = node[p]
     node[last] = value
   assert jax.device_count() == 2, "conftest forces 2 host devices"
-  return train.train_and_evaluate(config, workdir)
+  return loop.train_and_evaluate(config, workdir)
 
 
 @pytest.mark.slow
@@ -161,7 +161,7 @@ def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
     survivor = "still waiting after 10 s: killed"
   print(f"process 0, when process 1 was killed in step {KILL_AFTER + 1}: {survivor}")
   assert first[1].returncode == -signal.SIGKILL
-  steps = checkpointing.Checkpointer(mp_dir, read_only=True).all_steps()
+  steps = manager.Checkpointer(mp_dir, read_only=True).all_steps()
   assert steps == [2, 4], steps
   assert "final validation" not in _log(logs, "first", 0, "out")
   t_killed = time.monotonic()
@@ -185,7 +185,7 @@ def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
     for name in set(want) - {"time", "steps_per_sec"}:
       assert got[name] == want[name], (key, name, got[name], want[name])  # exact: see the module docstring
   assert ref["step"] == 8 and ref["val"]["rmse"] == mp_rows[(8, "val")]["rmse"]
-  mp_ckpt, ref_ckpt = (checkpointing.Checkpointer(d, read_only=True) for d in (mp_dir, ref_dir))
+  mp_ckpt, ref_ckpt = (manager.Checkpointer(d, read_only=True) for d in (mp_dir, ref_dir))
   assert mp_ckpt.all_steps() == ref_ckpt.all_steps() == [2, 4, 6, 8]
   assert not [p.name for p in (mp_dir / "checkpoints").iterdir() if "tmp" in p.name]
   # The multi-process checkpoint, read by this one process as saved (eval.py, predict): parameters, Adam's moments,
@@ -200,10 +200,10 @@ def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
   one_dir = tmp_path / "resumed_alone"
   shutil.copytree(mp_dir / "checkpoints" / str(KILL_AFTER), one_dir / "checkpoints" / str(KILL_AFTER))
   assert _reference(one_dir)["step"] == 8
-  one_state, _ = checkpointing.Checkpointer(one_dir, read_only=True).restore(8)
+  one_state, _ = manager.Checkpointer(one_dir, read_only=True).restore(8)
   for got, want in zip(jax.tree.leaves(one_state), jax.tree.leaves(ref_state), strict=True):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-  variables, meta = checkpointing.restore_variables(mp_dir, step=8)
+  variables, meta = manager.restore_variables(mp_dir, step=8)
   assert meta["step"] == 8
   for got, want in zip(jax.tree.leaves(variables), jax.tree.leaves(ref_state["params"]), strict=True):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -14,8 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pncnn_jax.checkpoints import convert
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import convert, manager
 
 from conftest import REPO, WEIGHTS
 
@@ -28,7 +27,7 @@ def make_state(value: float):
 
 def test_keeps_latest_and_best(tmp_path):
   rmse = {1: 5.0, 2: 1.5, 3: 4.0, 4: 3.0, 5: 6.0, 6: 7.0}
-  with checkpointing.Checkpointer(tmp_path / "run", max_to_keep=2) as ckpt:
+  with manager.Checkpointer(tmp_path / "run", max_to_keep=2) as ckpt:
     for step, r in rmse.items():
       ckpt.save(step, make_state(step), {"epoch": step}, {"rmse": r, "mae": 2 * r})
     ckpt.wait()
@@ -43,7 +42,7 @@ def test_keeps_latest_and_best(tmp_path):
     assert meta == {"epoch": 6} and float(state["batch_stats"]["mean"][0]) == -6.0
     assert ckpt.metrics(2) == {"rmse": 1.5, "mae": 3.0}
   # A new Checkpointer on the same workdir (a resumed run) sees the same steps.
-  with checkpointing.Checkpointer(tmp_path / "run", max_to_keep=2) as ckpt:
+  with manager.Checkpointer(tmp_path / "run", max_to_keep=2) as ckpt:
     assert ckpt.all_steps() == [2, 5, 6] and ckpt.best_step() == 2
     ckpt.save(7, make_state(7), {}, {"rmse": 1.0})
     ckpt.wait()
@@ -51,16 +50,16 @@ def test_keeps_latest_and_best(tmp_path):
 
 
 def test_steps_without_metrics_are_only_recent(tmp_path):
-  with checkpointing.Checkpointer(tmp_path / "run", max_to_keep=2, async_save=False) as ckpt:
+  with manager.Checkpointer(tmp_path / "run", max_to_keep=2, async_save=False) as ckpt:
     ckpt.save(1, make_state(1), {}, {"rmse": 2.0})
     for step in (2, 3, 4):
       ckpt.save(step, make_state(step), {})
     assert ckpt.all_steps() == [1, 3, 4] and ckpt.best_step() == 1
-  with checkpointing.Checkpointer(tmp_path / "plain", max_to_keep=1, keep_best=False, async_save=False) as ckpt:
+  with manager.Checkpointer(tmp_path / "plain", max_to_keep=1, keep_best=False, async_save=False) as ckpt:
     ckpt.save(1, make_state(1), {}, {"rmse": 0.5})
     ckpt.save(2, make_state(2), {}, {"rmse": 9.0})
     assert ckpt.all_steps() == [2]
-  with checkpointing.Checkpointer(tmp_path / "nometrics", async_save=False) as ckpt:
+  with manager.Checkpointer(tmp_path / "nometrics", async_save=False) as ckpt:
     ckpt.save(1, make_state(1), {})
     assert ckpt.best_step() is None
     with pytest.raises(ValueError, match="saved with metrics"):
@@ -68,7 +67,7 @@ def test_steps_without_metrics_are_only_recent(tmp_path):
 
 
 def test_bad_arguments(tmp_path):
-  with checkpointing.Checkpointer(tmp_path / "run", async_save=False) as ckpt:
+  with manager.Checkpointer(tmp_path / "run", async_save=False) as ckpt:
     with pytest.raises(ValueError, match="finite 'rmse'"):
       ckpt.save(1, make_state(1), {}, {"mae": 1.0})
     with pytest.raises(ValueError, match="finite 'rmse'"):
@@ -83,8 +82,8 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="step must be an int"):
       ckpt.restore("first")
   with pytest.raises(ValueError, match="max_to_keep"):
-    checkpointing.Checkpointer(tmp_path / "x", max_to_keep=0)
-  with checkpointing.Checkpointer(tmp_path / "empty") as ckpt:
+    manager.Checkpointer(tmp_path / "x", max_to_keep=0)
+  with manager.Checkpointer(tmp_path / "empty") as ckpt:
     assert ckpt.latest_step() is None and ckpt.best_step() is None
     with pytest.raises(FileNotFoundError, match="no checkpoint for step 'latest'"):
       ckpt.restore()
@@ -92,7 +91,7 @@ def test_bad_arguments(tmp_path):
 
 def test_relative_workdir_is_made_absolute(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  with checkpointing.Checkpointer("rel/run", async_save=False) as ckpt:
+  with manager.Checkpointer("rel/run", async_save=False) as ckpt:
     assert ckpt.directory == tmp_path / "rel" / "run" / "checkpoints"
     ckpt.save(3, make_state(3), {"k": "v"})
   assert (tmp_path / "rel" / "run" / "checkpoints" / "3").is_dir()
@@ -101,8 +100,8 @@ def test_relative_workdir_is_made_absolute(tmp_path, monkeypatch):
 _CRASH_SCRIPT = """
 import os, signal, sys
 import numpy as np
-from pncnn_jax.checkpoints import manager as checkpointing
-ckpt = checkpointing.Checkpointer(sys.argv[1], max_to_keep=3)
+from pncnn_jax.checkpoints import manager
+ckpt = manager.Checkpointer(sys.argv[1], max_to_keep=3)
 ckpt.save(1, {"w": np.full((4,), 1.0, np.float32)}, {"step": 1}, {"rmse": 2.0})
 ckpt.wait()
 ckpt.save(2, {"w": np.full((4_000_000,), 2.0, np.float32)}, {"step": 2}, {"rmse": 1.0})  # async: returns at once
@@ -119,7 +118,7 @@ def test_crash_during_save_leaves_run_resumable(tmp_path):
   entries = sorted(p.name for p in (workdir / "checkpoints").iterdir())
   crashed_mid_save = any("tmp" in e for e in entries)
   assert "1" in entries
-  with checkpointing.Checkpointer(workdir, max_to_keep=3) as ckpt:
+  with manager.Checkpointer(workdir, max_to_keep=3) as ckpt:
     expected = 1 if crashed_mid_save else 2  # 2 only if the write finished before the kill (not seen so far)
     assert ckpt.latest_step() == expected and ckpt.all_steps() == list(range(1, expected + 1))
     state, meta = ckpt.restore("latest", target={"w": np.zeros((4,) if expected == 1 else (4_000_000,), np.float32)})
@@ -134,12 +133,12 @@ def test_crash_during_save_leaves_run_resumable(tmp_path):
 
 def test_stray_tmp_directory_is_ignored(tmp_path):
   workdir = tmp_path / "run"
-  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+  with manager.Checkpointer(workdir, async_save=False) as ckpt:
     ckpt.save(4, make_state(4), {"ok": True}, {"rmse": 1.0})
   stray = workdir / "checkpoints" / "5.orbax-checkpoint-tmp-1700000000"
   (stray / "state").mkdir(parents=True)
   (stray / "state" / "garbage").write_bytes(b"\x00" * 100)
-  with checkpointing.Checkpointer(workdir) as ckpt:
+  with manager.Checkpointer(workdir) as ckpt:
     assert ckpt.latest_step() == 4 and ckpt.all_steps() == [4]
     state, meta = ckpt.restore("latest")
     assert meta == {"ok": True} and int(state["step"]) == 4
@@ -152,9 +151,9 @@ def test_restore_onto_replicated_sharding(tmp_path, n_devices):
     pytest.skip(f"needs {n_devices} devices")
   mesh = Mesh(np.array(jax.devices()[:n_devices]), ("data",))
   replicated = NamedSharding(mesh, PartitionSpec())
-  with checkpointing.Checkpointer(tmp_path / "run", async_save=False) as ckpt:
+  with manager.Checkpointer(tmp_path / "run", async_save=False) as ckpt:
     ckpt.save(1, make_state(1.5), {})
-    target = checkpointing.abstract_like(make_state(0), replicated)
+    target = manager.abstract_like(make_state(0), replicated)
     state, _ = ckpt.restore(1, target=target)
   for leaf, ref in zip(jax.tree.leaves(state), jax.tree.leaves(make_state(1.5))):
     assert leaf.sharding == replicated and leaf.dtype == ref.dtype
@@ -176,7 +175,7 @@ def test_a_replicated_save_compiles_nothing_and_stock_orbax_reads_it(tmp_path):
 
   jax.monitoring.register_event_duration_secs_listener(listen)
   try:
-    with checkpointing.Checkpointer(tmp_path / "run", async_save=False) as ckpt:
+    with manager.Checkpointer(tmp_path / "run", async_save=False) as ckpt:
       ckpt.save(1, state, {"epoch": 1})
       ckpt.wait()
   finally:
@@ -184,55 +183,55 @@ def test_a_replicated_save_compiles_nothing_and_stock_orbax_reads_it(tmp_path):
   assert compiles == []
   step_dir = tmp_path / "run" / "checkpoints" / "1"
   handlers = json.loads((step_dir / "_CHECKPOINT_METADATA").read_text())["item_handlers"]
-  assert handlers == {checkpointing.STATE_ITEM: ocp.PyTreeCheckpointHandler.typestr(),  # as stock orbax records
-                      checkpointing.META_ITEM: ocp.JsonCheckpointHandler.typestr()}
-  restored = ocp.StandardCheckpointer().restore(step_dir / checkpointing.STATE_ITEM)
+  assert handlers == {manager.STATE_ITEM: ocp.PyTreeCheckpointHandler.typestr(),  # as stock orbax records
+                      manager.META_ITEM: ocp.JsonCheckpointHandler.typestr()}
+  restored = ocp.StandardCheckpointer().restore(step_dir / manager.STATE_ITEM)
   for (path, want), got in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(restored)):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
 
 
 def test_model_variables_round_trip(shared_dir, tmp_path):
   variables, _ = convert.load_official(WEIGHTS / "kitti_pncnn_rand0.npz")  # a full pNCNN tree, float32 numpy
-  out = checkpointing.save_variables(tmp_path / "model", variables, {"variant": "pncnn"})
+  out = manager.save_variables(tmp_path / "model", variables, {"variant": "pncnn"})
   assert out == str(tmp_path / "model")
-  restored, meta = checkpointing.restore_variables(tmp_path / "model")
+  restored, meta = manager.restore_variables(tmp_path / "model")
   assert meta == {"variant": "pncnn"}
   assert jax.tree.structure(restored) == jax.tree.structure(variables)
   for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(variables)):
     assert a.dtype == b.dtype
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   with pytest.raises(FileExistsError, match="already exists"):
-    checkpointing.save_variables(tmp_path / "model", variables)
+    manager.save_variables(tmp_path / "model", variables)
 
 
 def test_restore_variables_from_training_run(tmp_path):
   workdir = tmp_path / "run"
-  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+  with manager.Checkpointer(workdir, async_save=False) as ckpt:
     ckpt.save(10, make_state(10), {"epoch": 0}, {"rmse": 2.0})
     ckpt.save(20, make_state(20), {"epoch": 1}, {"rmse": 3.0})
   for path, step, expected in [(workdir, "best", 10), (workdir / "checkpoints", "latest", 20),
                                (workdir / "checkpoints" / "20", "best", 20)]:
-    variables, meta = checkpointing.restore_variables(path, step=step)
+    variables, meta = manager.restore_variables(path, step=step)
     assert set(variables) == {"params", "batch_stats"}
     assert float(variables["params"]["w"][0, 0]) == expected and meta == {"epoch": expected // 10 - 1}
-  assert checkpointing.restore_variables(workdir, step=20)[1] == {"epoch": 1}
+  assert manager.restore_variables(workdir, step=20)[1] == {"epoch": 1}
 
 
 def test_restore_variables_errors(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"checkpoint .*missing does not exist"):
-    checkpointing.restore_variables(tmp_path / "missing")
+    manager.restore_variables(tmp_path / "missing")
   f = tmp_path / "file.npz"
   f.write_bytes(b"x")
   with pytest.raises(ValueError, match="is a file"):
-    checkpointing.restore_variables(f)
+    manager.restore_variables(f)
   (tmp_path / "emptydir").mkdir()
   with pytest.raises(ValueError, match="is not a pncnn_jax checkpoint"):
-    checkpointing.restore_variables(tmp_path / "emptydir")
+    manager.restore_variables(tmp_path / "emptydir")
   if os.geteuid() != 0:  # root reads everything
     locked = tmp_path / "locked"
     locked.mkdir(mode=0)
     with pytest.raises(PermissionError, match="not readable"):
-      checkpointing.restore_variables(locked)
+      manager.restore_variables(locked)
     locked.chmod(0o700)
 
 
@@ -240,22 +239,22 @@ def test_readers_leave_a_writers_tmp_directory_alone(tmp_path):
   """Issue 13.2: a reader (loader, eval, predict) opening a workdir deleted the half-written step of a running
   training (orbax `cleanup_tmp_directories`), which then died. Readers are read-only now."""
   workdir = tmp_path / "run"
-  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+  with manager.Checkpointer(workdir, async_save=False) as ckpt:
     ckpt.save(4, make_state(4), {"variant": "x"}, {"rmse": 1.0})
   writing = workdir / "checkpoints" / "5.orbax-checkpoint-tmp-1700000000"
   (writing / "state").mkdir(parents=True)
   (writing / "state" / "half").write_bytes(b"\x00" * 100)
   before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
   for step in ("latest", "best"):
-    variables, meta = checkpointing.restore_variables(workdir, step=step)
+    variables, meta = manager.restore_variables(workdir, step=step)
     assert meta == {"variant": "x"} and float(variables["params"]["w"][0, 0]) == 4.0
-  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+  with manager.Checkpointer(workdir, read_only=True) as ckpt:
     assert ckpt.all_steps() == [4]
     with pytest.raises(ValueError, match="read-only"):
       ckpt.save(6, make_state(6))
   assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
   with pytest.raises(FileNotFoundError):
-    checkpointing.restore_variables(tmp_path / "none")
+    manager.restore_variables(tmp_path / "none")
 
 
 def test_a_tree_of_another_model_is_one_line(tmp_path, caplog):
@@ -264,21 +263,21 @@ def test_a_tree_of_another_model_is_one_line(tmp_path, caplog):
   current API; `item_names=` is deprecated), quietly."""
   workdir = tmp_path / "run"
   caplog.set_level("INFO", logger="absl")
-  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+  with manager.Checkpointer(workdir, async_save=False) as ckpt:
     ckpt.save(3, make_state(3), {"variant": "a"})
   caplog.clear()
   other = make_state(1)
   other["params"]["extra"] = {"k": jnp.zeros(2), "q": jnp.zeros(2)}
   del other["batch_stats"]
-  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+  with manager.Checkpointer(workdir, read_only=True) as ckpt:
     assert ckpt.restore_metadata(3) == {"variant": "a"}
     with pytest.raises(ValueError) as e:
-      ckpt.restore(3, target=checkpointing.abstract_like(other))
+      ckpt.restore(3, target=manager.abstract_like(other))
     assert str(e.value) == (
         f"checkpoint {workdir / 'checkpoints' / '3'} does not hold the model being restored: expected params/extra, "
         "not in the checkpoint; found batch_stats, not in the model (a run of another variant or model setting; use "
         "another --workdir)")
-    tree, _ = ckpt.restore(3, target=checkpointing.abstract_like(make_state(0)))  # the same tree: restored
+    tree, _ = ckpt.restore(3, target=manager.abstract_like(make_state(0)))  # the same tree: restored
     assert float(tree["params"]["w"][0, 0]) == 3.0
   noise = [r.getMessage() for r in caplog.records if r.levelno >= 30]
   assert not noise, noise  # no "Given directory is read only", no save_interval_steps warning
@@ -287,12 +286,12 @@ def test_a_tree_of_another_model_is_one_line(tmp_path, caplog):
 def test_structure_difference_names_the_shortest_subtrees():
   a = {"params": {"conf": {"w": 1, "b": 1}, "nconv": {"w": 1}}, "opt": [{"mu": {"conf": {"w": 1}}}]}
   b = {"params": {"nconv": {"w": 1}, "var": {"w": 1}}, "opt": [{"mu": {"nconv": {"w": 1}}}]}
-  assert checkpointing.structure_difference(a, a) == ""
-  assert checkpointing.structure_difference(a, b) == (
+  assert manager.structure_difference(a, a) == ""
+  assert manager.structure_difference(a, b) == (
       "expected opt/0/mu/nconv, params/var, not in the checkpoint; found opt/0/mu/conf, params/conf, not in the "
       "model")
   many = {"params": {f"x{i}": 1 for i in range(5)}}
-  assert checkpointing.structure_difference({"params": {"y": 1}}, many) == (
+  assert manager.structure_difference({"params": {"y": 1}}, many) == (
       "expected params/x0, params/x1, params/x2, ... (5 in all), not in the checkpoint; found params/y, not in the "
       "model")
 
@@ -304,7 +303,7 @@ def test_training_survives_concurrent_readers(tmp_path):
   is complete and restorable."""
   from pncnn_jax.checkpoints import loader  # pylint: disable=g-import-not-at-top
   wd = tmp_path / "wd"
-  # The crops and batches of the suite's other tiny NCNN-Conf-L1 runs (tests/training, tests/test_cli.py): their
+  # The crops and batches of the suite's other tiny NCNN-Conf-L1 runs (tests/training, tests/test_commands.py): their
   # compiled step and validation come from the shared compilation cache.
   args = ["train.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={wd}",
           "--config.data.train_crop_height=32", "--config.data.train_crop_width=64",
@@ -332,7 +331,7 @@ def test_training_survives_concurrent_readers(tmp_path):
   assert loads >= 1
   entries = sorted(p.name for p in (wd / "checkpoints").iterdir())
   assert not any("tmp" in e for e in entries), entries
-  with checkpointing.Checkpointer(wd, read_only=True) as ckpt:
+  with manager.Checkpointer(wd, read_only=True) as ckpt:
     assert ckpt.latest_step() == 6 and 5 in ckpt.all_steps()
     for s in ckpt.all_steps():
       state, meta = ckpt.restore(s)
@@ -356,32 +355,32 @@ def _truncate_data(step_dir):
 
 def test_a_step_that_cannot_be_restored_names_the_file_and_the_newest_intact_step(tmp_path, caplog):
   workdir = tmp_path / "run"
-  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+  with manager.Checkpointer(workdir, async_save=False) as ckpt:
     for step in (1, 2, 3):
       ckpt.save(step, make_state(step), {"step": step}, {"rmse": 1.0 / step})
   d = workdir / "checkpoints"
   truncated = _truncate_data(d / "3")
   (d / "2" / "meta" / "metadata").write_text('{"step": 2, garbled')
-  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
-    with pytest.raises(checkpointing.CheckpointCorruptError) as e:
+  with manager.Checkpointer(workdir, read_only=True) as ckpt:
+    with pytest.raises(manager.CheckpointCorruptError) as e:
       ckpt.restore("latest")
     msg = str(e.value)
     assert msg.startswith(f"checkpoint step 3 in {d} cannot be restored: ") and "(truncated or corrupt)" in msg, msg
     assert any(str(p) in msg for p in truncated), msg
     assert msg.endswith(f"; the newest intact step is 1: pass --allow_fallback to use it, or remove {d / '3'}"), msg
-    with pytest.raises(checkpointing.CheckpointCorruptError, match=re.escape(
+    with pytest.raises(manager.CheckpointCorruptError, match=re.escape(
         f"checkpoint step 2 in {d} cannot be restored: {d / '2' / 'meta' / 'metadata'}: not valid JSON")):
       ckpt.restore_metadata(2)
     tree, meta = ckpt.restore("latest", allow_fallback=True)
     assert meta == {"step": 1} and float(tree["params"]["w"][0, 0]) == 1.0
     assert "using the newest intact step, 1, instead (--allow_fallback)" in caplog.text
-  with pytest.raises(checkpointing.CheckpointCorruptError, match="the newest intact step is 1"):
-    checkpointing.restore_variables(workdir, step="best")  # best = 3 (lowest rmse)
-  variables, meta = checkpointing.restore_variables(workdir, step="best", allow_fallback=True)
+  with pytest.raises(manager.CheckpointCorruptError, match="the newest intact step is 1"):
+    manager.restore_variables(workdir, step="best")  # best = 3 (lowest rmse)
+  variables, meta = manager.restore_variables(workdir, step="best", allow_fallback=True)
   assert meta == {"step": 1} and set(variables) == {"params", "batch_stats"}
-  with pytest.raises(checkpointing.CheckpointCorruptError, match=re.escape(f"checkpoint {d / '3'} cannot be restored")):
-    checkpointing.restore_variables(d / "3")
-  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:  # a training that fell back
+  with pytest.raises(manager.CheckpointCorruptError, match=re.escape(f"checkpoint {d / '3'} cannot be restored")):
+    manager.restore_variables(d / "3")
+  with manager.Checkpointer(workdir, async_save=False) as ckpt:  # a training that fell back
     moved = ckpt.set_aside([2, 3])
     assert [p.name for p in moved] == ["2.unrestorable", "3.unrestorable"] and ckpt.all_steps() == [1]
     ckpt.save(2, make_state(2), {"step": 2})  # the step can be written again
@@ -392,24 +391,24 @@ def test_readers_restore_only_the_model_variables(tmp_path):
   workdir = tmp_path / "run"
   state = make_state(5)
   state["opt_state"] = {"mu": jnp.ones((2, 3)), "count": jnp.asarray(7)}
-  with checkpointing.Checkpointer(workdir, async_save=False) as ckpt:
+  with manager.Checkpointer(workdir, async_save=False) as ckpt:
     ckpt.save(5, state, {"step": 5})
-  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+  with manager.Checkpointer(workdir, read_only=True) as ckpt:
     tree, _ = ckpt.restore(5, model_only=True)
     assert set(tree) == {"params", "batch_stats"}  # the optimizer state is not read
     full, _ = ckpt.restore(5)
     assert set(full) == {"params", "batch_stats", "opt_state", "step"}
   for path in (workdir, workdir / "checkpoints" / "5"):
-    variables, _ = checkpointing.restore_variables(path, step="latest")
+    variables, _ = manager.restore_variables(path, step="latest")
     assert set(variables) == {"params", "batch_stats"} and float(variables["params"]["w"][0, 0]) == 5.0
 
 
 def test_a_full_disk_during_a_save_is_an_oserror_naming_the_file():
   """What tensorstore raised under orbax on a full tmpfs (issue 39: one useful line among 212 tracebacks)."""
   path = "/runs/x/checkpoints/1.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/d/856365f8"
-  err = checkpointing.disk_error(ValueError(
+  err = manager.disk_error(ValueError(
       f'RESOURCE_EXHAUSTED: Failed writing: "{path}": Failed to write 2103 bytes to file 7: No space left on device '
       "[os_error_code='28']"))
   assert isinstance(err, OSError) and err.errno == 28 and err.filename == path
   assert err.strerror == os.strerror(28)
-  assert checkpointing.disk_error(ValueError("INVALID_ARGUMENT: something else")) is None
+  assert manager.disk_error(ValueError("INVALID_ARGUMENT: something else")) is None

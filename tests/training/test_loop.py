@@ -12,14 +12,14 @@ from jax.sharding import PartitionSpec as P
 
 from pncnn_jax import data, from_config
 from pncnn_jax.checkpoints import identity as identity_lib
-from pncnn_jax.checkpoints import manager as checkpointing
+from pncnn_jax.checkpoints import manager
 from pncnn_jax.runtime import run_files, sharding
-from pncnn_jax.training import loop as train
-from pncnn_jax.training import step as ts
+from pncnn_jax.training import loop
+from pncnn_jax.training import step as training_step
 
 from conftest import REPO
 
-# One worker for the whole file: its runs share compiled steps (`train.make_train_step` is cached per loss and mesh).
+# One worker for the whole file: its runs share compiled steps (`loop.make_train_step` is cached per loss and mesh).
 pytestmark = pytest.mark.xdist_group("train_loop")
 
 
@@ -60,9 +60,9 @@ def test_two_device_step_equals_one_device_step():
   results = {}
   for n in (1, 2):
     mesh = sharding.make_mesh(jax.devices()[:n])
-    state = sharding.replicate(train.init_state(cfg, 4), mesh)
+    state = sharding.replicate(loop.init_state(cfg, 4), mesh)
     rep, shd = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-    grads_fn = jax.jit(lambda st, b: ts.loss_and_grads(st, st.params, b, "masked_l1"),
+    grads_fn = jax.jit(lambda st, b: training_step.loss_and_grads(st, st.params, b, "masked_l1"),
                        in_shardings=(rep, shd), out_shardings=rep)
     sharded = sharding.shard_batch(batches[0], mesh)
     if n == 2:  # the batch really is split and the state replicated
@@ -70,8 +70,8 @@ def test_two_device_step_equals_one_device_step():
       assert sharded["sparse"].addressable_shards[0].data.shape[0] == 2
       assert state.params["nconv"]["nconv1"]["bias"].sharding.is_fully_replicated
     (loss, (_, stats)), grads = jax.device_get(grads_fn(state, sharded))
-    step = train.make_train_step("masked_l1", mesh)
-    assert train.make_train_step("masked_l1", sharding.make_mesh(jax.devices()[:n])) is step  # cached
+    step = loop.make_train_step("masked_l1", mesh)
+    assert loop.make_train_step("masked_l1", sharding.make_mesh(jax.devices()[:n])) is step  # cached
     p0 = jax.device_get(state.params)
     losses, params1, compiled = [], None, None
     for i, b in enumerate(batches):
@@ -102,23 +102,23 @@ def test_two_device_step_equals_one_device_step():
 
 def test_batch_not_divisible_by_devices_is_a_clear_error(tmp_path):
   with pytest.raises(ValueError, match=r"batch_size=3 is not divisible by the number of devices \(2\)"):
-    train.train_and_evaluate(tiny_config(batch_size=3), tmp_path)
+    loop.train_and_evaluate(tiny_config(batch_size=3), tmp_path)
 
 
 def _params(workdir, step="latest"):
-  tree, meta = checkpointing.Checkpointer(workdir, async_save=False).restore(step)
+  tree, meta = manager.Checkpointer(workdir, async_save=False).restore(step)
   return tree, meta
 
 
 def test_kill_and_resume_gives_the_uninterrupted_parameters(tmp_path):
   cfg = tiny_config(steps_per_epoch=2, log_every_steps=1)  # 4 steps; validation + checkpoint at 2 and 4
-  full = train.train_and_evaluate(cfg, tmp_path / "full")
+  full = loop.train_and_evaluate(cfg, tmp_path / "full")
   # "Killed" after 3 steps: the last checkpoint is step 2 (step 3 is lost), as after a SIGKILL.
-  train.train_and_evaluate(cfg, tmp_path / "resumed", stop_after_steps=3)
-  ck = checkpointing.Checkpointer(tmp_path / "resumed", async_save=False)
+  loop.train_and_evaluate(cfg, tmp_path / "resumed", stop_after_steps=3)
+  ck = manager.Checkpointer(tmp_path / "resumed", async_save=False)
   assert ck.latest_step() == 2
   ck.close()
-  resumed = train.train_and_evaluate(cfg, tmp_path / "resumed")  # the same command again
+  resumed = loop.train_and_evaluate(cfg, tmp_path / "resumed")  # the same command again
   a, meta_a = _params(tmp_path / "full")
   b, meta_b = _params(tmp_path / "resumed")
   assert int(a["step"]) == int(b["step"]) == 4
@@ -143,7 +143,7 @@ def test_kill_and_resume_gives_the_uninterrupted_parameters(tmp_path):
   assert {k: meta_a[k] for k in identity_lib.IDENTITY_FIELDS} == {
       "dataset": "synthetic", "variant": "ncnn_conf_l1", "loss": "masked_l1", "input_scale": 1.0}
   assert json.loads((tmp_path / "full" / "config.json").read_text())["variant"] == "ncnn_conf_l1"
-  best = checkpointing.Checkpointer(tmp_path / "full", async_save=False)
+  best = manager.Checkpointer(tmp_path / "full", async_save=False)
   vals = {r["step"]: r["rmse"] for r in rows if r["split"] == "val"}
   assert best.best_step() == min(vals, key=vals.get)
   best.close()
@@ -164,7 +164,7 @@ def test_call_lengths_stop_at_every_boundary():
   every = [3, -1, 5]  # epoch of 3 steps, no eval interval, checkpoint every 5
   done, calls = 0, []
   while done < 10:
-    n = train.steps_in_call(done, 2, train.next_boundary(done, every=every, last=10))
+    n = loop.steps_in_call(done, 2, loop.next_boundary(done, every=every, last=10))
     assert not any(b % 3 == 0 or b % 5 == 0 for b in range(done + 1, done + n))  # no boundary inside a call
     calls.append(n)
     done += n
@@ -177,9 +177,9 @@ def test_several_steps_per_call_give_the_same_run(tmp_path):
   NCNN (no BatchNorm): with BatchNorm, the pre-BN conv biases have analytically zero gradients whose rounding
   noise Adam turns into +-lr steps, so two equally valid programs drift apart (reference README A.6)."""
   cfg = tiny_config("ncnn", steps_per_epoch=3, log_every_steps=1)  # 6 steps; validation + checkpoint at 3 and 6
-  train.train_and_evaluate(cfg, tmp_path / "one")
+  loop.train_and_evaluate(cfg, tmp_path / "one")
   cfg.steps_per_call = 2
-  train.train_and_evaluate(cfg, tmp_path / "two")
+  loop.train_and_evaluate(cfg, tmp_path / "two")
   a, meta_a = _params(tmp_path / "one")
   b, meta_b = _params(tmp_path / "two")
   assert int(a["step"]) == int(b["step"]) == 6 and meta_a["data_iterator"] == meta_b["data_iterator"]
@@ -192,7 +192,7 @@ def test_several_steps_per_call_give_the_same_run(tmp_path):
       assert r1["loss"] == pytest.approx(r2["loss"], rel=1e-5)
   cfg.steps_per_call = 0
   with pytest.raises(ValueError, match="steps_per_call"):
-    train.train_and_evaluate(cfg, tmp_path / "bad")
+    loop.train_and_evaluate(cfg, tmp_path / "bad")
 
 
 def test_two_step_program_on_two_devices_starts_like_the_single_step():
@@ -201,11 +201,11 @@ def test_two_step_program_on_two_devices_starts_like_the_single_step():
   cfg = tiny_config()
   mesh = sharding.make_mesh()
   batches = _batches(2)
-  state = sharding.replicate(train.init_state(cfg, 4), mesh)
+  state = sharding.replicate(loop.init_state(cfg, 4), mesh)
   stacked = sharding.shard_batches(batches, mesh)
   assert stacked["sparse"].shape == (2, 4, 32, 64, 1) and len(stacked["sparse"].addressable_shards) == 2
-  _, m2 = train.make_train_steps("masked_l1", mesh)(jax.tree.map(jnp.copy, state), stacked)
-  single = train.make_train_step("masked_l1", mesh)
+  _, m2 = loop.make_train_steps("masked_l1", mesh)(jax.tree.map(jnp.copy, state), stacked)
+  single = loop.make_train_step("masked_l1", mesh)
   s1, m1a = single(jax.tree.map(jnp.copy, state), sharding.shard_batch(batches[0], mesh))
   _, m1b = single(s1, sharding.shard_batch(batches[1], mesh))
   for k in ("loss", "mae", "rmse", "grad_norm"):
@@ -228,8 +228,8 @@ def test_model_settings_follow_the_config_and_old_configs_load_as_trained():
 
 def test_lr_schedule_follows_the_step():
   cfg = tiny_config(lr_decay_epochs=1)
-  state = train.init_state(cfg, 4)
-  sched = ts.step_lr_schedule(0.01, 4, 1, 0.1)
+  state = loop.init_state(cfg, 4)
+  sched = training_step.step_lr_schedule(0.01, 4, 1, 0.1)
   np.testing.assert_allclose([float(sched(s)) for s in (0, 3, 4, 7, 8)], [0.01, 0.01, 1e-3, 1e-3, 1e-4], rtol=1e-6)
   assert int(state.step) == 0 and state.step.dtype == jnp.int32
 
@@ -261,18 +261,18 @@ def test_non_finite_loss_stops_with_last_good_checkpoint(tmp_path, monkeypatch):
     it = real(cfg)
     return Poisoned(it) if cfg["split"] == "train" else it
 
-  monkeypatch.setattr(train.data, "make_iterator", fake)
+  monkeypatch.setattr(loop.data, "make_iterator", fake)
   cfg = tiny_config(checkpoint_every_steps=2, eval_every_steps=-1, steps_per_epoch=8, num_epochs=1)
   with pytest.raises(FloatingPointError, match=r"diverged at step 4: non-finite loss.*last good checkpoint, "
                                                r"step 2"):
-    train.train_and_evaluate(cfg, tmp_path)
+    loop.train_and_evaluate(cfg, tmp_path)
   tree, meta = _params(tmp_path)
   assert int(tree["step"]) == 2
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(tree))
 
 
 def _saved_states(workdir):
-  with checkpointing.Checkpointer(workdir, read_only=True) as ckpt:
+  with manager.Checkpointer(workdir, read_only=True) as ckpt:
     return {s: ckpt.restore(s)[0] for s in ckpt.all_steps()}
 
 
@@ -285,38 +285,38 @@ def test_divergence_stops_before_saving_and_a_rerun_says_so(tmp_path, lr, diverg
   for attempt in range(2):  # the rerun resumes from the last good step and reports the same divergence
     with pytest.raises(FloatingPointError, match=rf"diverged at step {diverges_at}: non-finite loss, gradient, "
                                                  r"parameter or BatchNorm statistic") as e:
-      train.train_and_evaluate(cfg, tmp_path)
+      loop.train_and_evaluate(cfg, tmp_path)
     saved = _saved_states(tmp_path)
     assert sorted(saved) == list(range(1, diverges_at))
     assert ("last good checkpoint, step 1" in str(e.value)) == (diverges_at == 2), (attempt, str(e.value))
     for tree in saved.values():  # every saved step passes the same check
-      state = train.init_state(cfg, 4)
-      assert bool(ts.state_is_finite(ts.tree_to_state(state, tree)))
+      state = loop.init_state(cfg, 4)
+      assert bool(training_step.state_is_finite(training_step.tree_to_state(state, tree)))
 
 
 def test_resume_refuses_a_diverged_checkpoint(tmp_path):
   """A checkpoint with inf BatchNorm statistics (as older versions saved) is refused on resume, with the step to
   resume from instead, rather than failing later in the validation's AUSE."""
   cfg = tiny_config(checkpoint_every_steps=1, eval_every_steps=-1)  # NCNN-Conf-L1: its UNet has BatchNorm
-  train.train_and_evaluate(cfg, tmp_path, stop_after_steps=2)
-  with checkpointing.Checkpointer(tmp_path) as ckpt:
+  loop.train_and_evaluate(cfg, tmp_path, stop_after_steps=2)
+  with manager.Checkpointer(tmp_path) as ckpt:
     tree, meta = ckpt.restore(2)
     tree = jax.tree.map(np.array, tree)  # writable copies
     leaf = jax.tree.leaves(tree["batch_stats"])[0]
     leaf.flat[0] = np.inf
   import shutil  # pylint: disable=g-import-not-at-top
   shutil.rmtree(tmp_path / "checkpoints" / "2")
-  with checkpointing.Checkpointer(tmp_path, async_save=False) as ckpt:
+  with manager.Checkpointer(tmp_path, async_save=False) as ckpt:
     ckpt.save(2, tree, meta)
   with pytest.raises(FloatingPointError, match=r"checkpoint 2 in .* holds non-finite .*remove .*checkpoints/2 "
                                                r"\(earlier steps: \[1\]\)"):
-    train.train_and_evaluate(cfg, tmp_path)
+    loop.train_and_evaluate(cfg, tmp_path)
 
 
 def test_workdir_that_is_a_file_is_a_clear_error(tmp_path):
   (tmp_path / "wd").write_text("x")
   with pytest.raises(ValueError, match=r"--workdir .*wd is a file, not a folder"):
-    train.train_and_evaluate(tiny_config(), tmp_path / "wd")
+    loop.train_and_evaluate(tiny_config(), tmp_path / "wd")
   assert (tmp_path / "wd").read_text() == "x"
 
 
@@ -338,53 +338,57 @@ def test_gradient_clipping_scales_the_gradient_before_adam():
   def by_hand(g):
     return jax.tree.map(lambda v: v * min(1.0, 5.0 / float(optax.tree.norm(g))), g)
 
-  plain, clipped = ts.make_optimizer(0.01), ts.make_optimizer(0.01, clip_norm=5.0)
+  plain, clipped = training_step.make_optimizer(0.01), training_step.make_optimizer(0.01, clip_norm=5.0)
   got, want, unclipped = run(clipped, grads), run(plain, [by_hand(g) for g in grads]), run(plain, grads)
   for k in p:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-9)
   assert not np.allclose(got["a"], unclipped["a"], rtol=1e-3)  # the clipping changed the steps
-  assert jax.tree.structure(ts.make_optimizer(0.01, 0.0).init(p)) == jax.tree.structure(plain.init(p))
+  assert jax.tree.structure(training_step.make_optimizer(0.01, 0.0).init(p)) == jax.tree.structure(plain.init(p))
   config = from_config.load_config(f"{REPO / 'configs' / 'synthetic.py'}:pncnn")
   assert config.grad_clip_norm == 0.0
   with config.unlocked():
     config.grad_clip_norm = 5.0
-  schedule, tx = train._schedule_and_tx(config, 10)  # the training loop's optimizer follows the config
-  assert jax.tree.structure(tx.init(p)) == jax.tree.structure(ts.make_optimizer(schedule, 5.0).init(p))
-  assert jax.tree.structure(tx.init(p)) != jax.tree.structure(ts.make_optimizer(schedule).init(p))
+  schedule, tx = loop._schedule_and_tx(config, 10)  # the training loop's optimizer follows the config
+  assert jax.tree.structure(tx.init(p)) == jax.tree.structure(training_step.make_optimizer(schedule, 5.0).init(p))
+  assert jax.tree.structure(tx.init(p)) != jax.tree.structure(training_step.make_optimizer(schedule).init(p))
 
 
 def test_global_norm_and_all_finite_equal_their_per_leaf_forms():
-  """The training step's norms and checks reduce all leaves at once (`ts._raveled`): the same values as per leaf."""
+  """The training step's norms and checks reduce all leaves at once (`training_step._raveled`): the same values as
+  per leaf."""
   rng = np.random.default_rng(0)
   tree = {"a": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32), "b": {"c": jnp.asarray(rng.normal(size=5),
                                                                                           jnp.float32)}}
-  np.testing.assert_allclose(ts.global_norm(tree), optax.tree.norm(tree), rtol=1e-6)
-  assert bool(ts.all_finite(tree)) and bool(ts.all_finite({})) and float(ts.global_norm({})) == 0.0
+  np.testing.assert_allclose(training_step.global_norm(tree), optax.tree.norm(tree), rtol=1e-6)
+  assert bool(training_step.all_finite(tree)) and bool(training_step.all_finite({}))
+  assert float(training_step.global_norm({})) == 0.0
   for bad in (np.inf, -np.inf, np.nan):
     broken = jax.tree.map(lambda x: x, tree)
     broken["b"]["c"] = broken["b"]["c"].at[2].set(bad)
-    assert not bool(ts.all_finite(broken)) and not np.isfinite(float(ts.global_norm(broken)))
+    assert not bool(training_step.all_finite(broken)) and not np.isfinite(float(training_step.global_norm(broken)))
   big = {"x": jnp.full((4,), 3e19, jnp.float32)}  # finite elements whose norm overflows float32
-  assert bool(ts.all_finite(big)) and not np.isfinite(float(ts.global_norm(big)))
+  assert bool(training_step.all_finite(big)) and not np.isfinite(float(training_step.global_norm(big)))
 
 
 
 def test_the_loops_optimizer_equals_the_closed_over_schedule_and_compiles_once_for_every_lr():
-  """The training loop's optimizer reads the StepLR settings from the state (`ts.make_step_lr_optimizer`): bitwise
-  the updates and state of Adam with the schedule closed over (`ts.make_optimizer(ts.step_lr_schedule(...))`),
+  """The training loop's optimizer reads the StepLR settings from the state (`training_step.make_step_lr_optimizer`):
+  bitwise the updates and state of Adam with the schedule closed over
+  (`training_step.make_optimizer(training_step.step_lr_schedule(...))`),
   across two learning-rate drops and with clipping; and one compiled step serves every lr, decay and epoch length
   (the divergence tests below run lr 1e6 and 1e30 through one program)."""
   cfg = tiny_config("ncnn", learning_rate=0.003, lr_decay_epochs=1, grad_clip_norm=5.0)
-  loaded = train.init_state(cfg, 2)  # lr 0.003, 3e-4 after 2 steps, 3e-5 after 4
-  closed = loaded.replace(tx=train._schedule_and_tx(cfg, 2)[1], lr_schedule=None)
+  loaded = loop.init_state(cfg, 2)  # lr 0.003, 3e-4 after 2 steps, 3e-5 after 4
+  closed = loaded.replace(tx=loop._schedule_and_tx(cfg, 2)[1], lr_schedule=None)
   assert jax.tree.structure(closed.opt_state) == jax.tree.structure(loaded.opt_state)  # checkpoints interchange
-  step = jax.jit(lambda s, b: ts.train_step(s, b, loss_name="masked_l1"))
+  step = jax.jit(lambda s, b: training_step.train_step(s, b, loss_name="masked_l1"))
   for b in _batches(5):
     loaded, closed = step(loaded, b)[0], step(closed, b)[0]
-  for x, y in zip(jax.tree.leaves(ts.state_to_tree(loaded)), jax.tree.leaves(ts.state_to_tree(closed)), strict=True):
+  for x, y in zip(jax.tree.leaves(training_step.state_to_tree(loaded)),
+                  jax.tree.leaves(training_step.state_to_tree(closed)), strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   compiled = step._cache_size()  # pylint: disable=protected-access
   assert compiled == 2  # one program per optimizer object
   for lr, decay, spe in ((1e30, 3, 4), (0.5, 2, 7)):
-    step(train.init_state(tiny_config("ncnn", learning_rate=lr, lr_decay_epochs=decay, grad_clip_norm=5.0), spe), b)
+    step(loop.init_state(tiny_config("ncnn", learning_rate=lr, lr_decay_epochs=decay, grad_clip_norm=5.0), spe), b)
   assert step._cache_size() == compiled  # pylint: disable=protected-access

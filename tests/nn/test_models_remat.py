@@ -18,7 +18,7 @@ import pytest
 
 from pncnn_jax import from_config, losses
 from pncnn_jax.nn import models
-from pncnn_jax.training import step as train_step
+from pncnn_jax.training import step as training_step
 
 VARIANT_LOSS = [("pncnn", "gaussian_nll"), ("ncnn_conf_l1", "masked_l1")]
 
@@ -33,9 +33,9 @@ def _batch(shape=(2, 32, 64, 1)):
 def _step(variant: str, loss_name: str, remat: bool):
   model = models.build_model(variant, remat=remat)
   variables = models.init_variables(model, jax.random.key(0))
-  state = train_step.create_train_state(model, variables, train_step.make_optimizer(0.01))
+  state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
   batch = _batch()
-  (loss, (out, new_stats)), grads = jax.jit(functools.partial(train_step.loss_and_grads, loss_name=loss_name))(
+  (loss, (out, new_stats)), grads = jax.jit(functools.partial(training_step.loss_and_grads, loss_name=loss_name))(
       state, state.params, batch)  # the step's forward, loss and backward (the Adam update adds nothing remat touches)
   return variables, loss, grads, new_stats, out.depth
 

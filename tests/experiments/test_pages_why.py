@@ -5,7 +5,7 @@ the leak, the discussion, the variance-UNet ablation, where the error lies."""
 
 from fake_runs import fake_run
 
-from pncnn_jax.experiments import runs as paper
+from pncnn_jax.experiments import runs as runs_lib
 
 
 def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
@@ -13,16 +13,16 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
   pNCNN at the lower lr against both references, by the claims' own thresholds; worked by hand. The figure of their
   validation curves is drawn when both runs of a pair have one."""
   from pncnn_jax.experiments.pages import report  # pylint: disable=g-import-not-at-top
-  from pncnn_jax.experiments.pages import why as report_why  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments.pages import why as pages_why  # pylint: disable=g-import-not-at-top
   good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
   flat = {"convergence": {"flat": True, "rmse_change_last_30pct": 0.01}}
   runs = {"pncnn_masked": fake_run(700, 2800, 0.1, *bad),
           "pncnn_masked_seed1": fake_run(750, 2900, 0.1, *bad) | {"convergence": None},  # carried: no curve
           "ncnn_conf_l1_masked": fake_run(500, 2500, 0.2, *good) | flat}
-  assert report_why.learning_rate_lines(runs, 0.01) == []  # no lower-lr run yet
+  assert pages_why.learning_rate_lines(runs, 0.01) == []  # no lower-lr run yet
   runs["pncnn_masked_lr3e-3"] = fake_run(540, 2600, 0.06, *good) | {
       "convergence": {"flat": False, "rmse_change_last_30pct": -0.05}}
-  lines = report_why.learning_rate_lines(runs, 0.01)
+  lines = pages_why.learning_rate_lines(runs, 0.01)
   table = [ln for ln in lines if ln.startswith("| `")]
   assert table == ["| `pncnn_masked` (2) | 0.01 | 0.30, 0.30 | 0.40, 0.40 | 0 of 2 | 700, 750 | 2800, 2900 | "
                    "0.100, 0.100 | n/a, n/a |",
@@ -36,17 +36,17 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
                        "AUROC 0.90, 0.85 within depth deciles, mean c0 disturbed / clean 0.05.")
   # The reference trained at the lower lr too: pNCNN is compared with both; 540 / 480 = +12.5 %: (d) does not hold.
   runs["ncnn_conf_l1_masked_lr3e-3"] = fake_run(480, 2500, 0.2, *good)
-  lines = report_why.learning_rate_lines(runs, 0.01)
+  lines = pages_why.learning_rate_lines(runs, 0.01)
   assert [ln.split(" | ")[0] for ln in lines if ln.startswith("| `")][-1] == "| `ncnn_conf_l1_masked_lr3e-3` (1)"
   assert ("against `ncnn_conf_l1_masked` (lr 0.01): (d) holds; MAE +12.5 % / RMSE +4.0 % against "
           "`ncnn_conf_l1_masked_lr3e-3` (lr 0.003): (d) does not hold; at lr 0.01") in lines[-1]
   # A second seed at the lower lr: (b) and (d) over both seeds; 600 / 500 = +20.0 %.
   runs["pncnn_masked_lr3e-3_seed1"] = fake_run(600, 2700, 0.06, *bad)
-  lines = report_why.learning_rate_lines(runs, 0.01)
+  lines = pages_why.learning_rate_lines(runs, 0.01)
   assert lines[-1].endswith("mean c0 disturbed / clean 0.05. Over its seeds 0-1: (b) holds for 1 of 2 (AUROC 0.90, "
                             "0.30); MAE +8.0 %, +20.0 % against `ncnn_conf_l1_masked`.")
   del runs["pncnn_masked_lr3e-3_seed1"]
-  recipe = paper.SCALES["long"]
+  recipe = runs_lib.SCALES["long"]
   assert report.lr_curves(runs, recipe, tmp_path) == []  # pncnn_masked has no validation curve
   runs["pncnn_masked"]["convergence"] = {"val_curve": [[250, 3000.0, 800.0], [500, 2800.0, 700.0]]}
   runs["pncnn_masked_lr3e-3"]["convergence"]["val_curve"] = [[250, 2900.0, 700.0], [500, 2600.0, 550.0]]
@@ -58,14 +58,14 @@ def test_learning_rate_lines_compare_each_recipe_at_both_lrs(tmp_path):
 
 def test_grad_clip_lines_count_claims_b_and_d_over_the_clipped_seeds():
   """The clipped runs beside the same recipe unclipped and the (d) reference, every finished seed; worked by hand."""
-  from pncnn_jax.experiments.pages import why as report_why  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments.pages import why as pages_why  # pylint: disable=g-import-not-at-top
   good, bad = (0.9, 0.85, 0.05, 1.0), (0.3, 0.4, 2.0, 1.0)  # auroc, within deciles, c0 disturbed, clean
   flat = {"convergence": {"flat": True, "rmse_change_last_30pct": 0.01}}
   runs = {"pncnn_masked": fake_run(700, 2800, 0.1, *bad), "pncnn_masked_seed1": fake_run(750, 2900, 0.1, *bad),
           "ncnn_conf_l1_masked": fake_run(500, 2500, 0.2, *good) | flat}
-  assert report_why.grad_clip_lines(runs) == []  # no clipped run yet
+  assert pages_why.grad_clip_lines(runs) == []  # no clipped run yet
   runs["pncnn_masked_clip10"] = fake_run(540, 2600, 0.06, *good) | flat
-  lines = report_why.grad_clip_lines(runs)
+  lines = pages_why.grad_clip_lines(runs)
   assert [ln for ln in lines if ln.startswith("| `")] == [
       "| `pncnn_masked` (2) | none | 0.30, 0.30 | 0.40, 0.40 | 0 of 2 | 700, 750 | 2800, 2900 | 0.100, 0.100 | "
       "n/a, n/a |",
@@ -76,7 +76,7 @@ def test_grad_clip_lines_count_claims_b_and_d_over_the_clipped_seeds():
                        "unclipped (seeds 0-1; AUROC 0.30, 0.30). Clipped, MAE +8.0 % against `ncnn_conf_l1_masked`: "
                        "(d) holds for 1 of 1.")
   runs["pncnn_masked_clip10_seed1"] = fake_run(600, 2700, 0.06, *bad)  # 600 / 500 = +20.0 %: (d) does not hold
-  assert report_why.grad_clip_lines(runs)[-1] == (
+  assert pages_why.grad_clip_lines(runs)[-1] == (
       "- **(b) and clipping.** (b) holds for 1 of 2 clipped (seeds 0-1; AUROC 0.90, 0.30) against 0 of 2 unclipped "
       "(seeds 0-1; AUROC 0.30, 0.30). Clipped, MAE +8.0 %, +20.0 % against `ncnn_conf_l1_masked`: (d) holds for 1 "
       "of 2.")
@@ -85,52 +85,52 @@ def test_grad_clip_lines_count_claims_b_and_d_over_the_clipped_seeds():
 def test_why_section_explains_the_official_ncnn_conf_without_pncnn():
   """The 'why the official network fails' section speaks of the official NCNN-Conf runs (claim (a)) from their own
   numbers, also on a page without the pNCNN pair (the long page)."""
-  from pncnn_jax.experiments.pages import why as report_why  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments.pages import why as pages_why  # pylint: disable=g-import-not-at-top
   c0 = {"c0_mean_empty": 0.0022, "empty_weight_share": 0.026, "c0_mean_clean": 0.915, "c0_mean_disturbed": 0.953,
         "auroc": 0.377, "auroc_depth_bins": 0.286}
   runs = {"ncnn": {"metrics": {"mae": 600.0, "rmse": 3000.0}},
           "ncnn_conf_l1": {"step": 5000, "metrics": {"mae": 525.0, "rmse": 3300.0}, "c0": c0}}
-  text = report_why.why(runs)
+  text = pages_why.why(runs)
   assert text.startswith("The official NCNN-Conf has the same extra task")
   assert ("`ncnn_conf_l1` (5000 steps) gives the empty pixels mean c0 0.0022, 2.6 % of the input confidence NConv "
           "receives; its MAE / RMSE are 525 / 3300 mm (-12.5 % / +10.0 % against NCNN)") in text
   assert "0.915 on clean and 0.953 on disturbed points (AUROC 0.38, 0.29 within depth deciles)." in text
   assert "pncnn" not in text
-  assert report_why.why({"ncnn": runs["ncnn"]}).startswith("Needs the")
+  assert pages_why.why({"ncnn": runs["ncnn"]}).startswith("Needs the")
 
 
 def test_why_section_says_when_the_leak_no_longer_explains_a_reversed_c0():
   """The official pNCNN's reversed c0 is put down to the empty pixels' leak only while that leak is open."""
-  from pncnn_jax.experiments.pages import why as report_why  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments.pages import why as pages_why  # pylint: disable=g-import-not-at-top
   def run(share, disturbed, step):
     c0 = {"c0_mean_empty": 0.01, "empty_weight_share": share, "c0_mean_clean": 8.25, "c0_mean_disturbed": disturbed,
           "auroc": 0.18, "auroc_depth_bins": 0.32, "empty_fraction": 0.92, "mean_depth_disturbed_m": 49.0,
           "mean_depth_clean_m": 27.0, "c0_depth_rank_corr_clean": 0.75}
     return {"step": step, "metrics": {"mae": 815.0, "rmse": 3141.0}, "c0": c0}
   masked = run(0.0, 0.17, 5000) | {"c0": run(0.0, 0.17, 5000)["c0"] | {"c0_mean_clean": 1.1, "auroc": 0.91}}
-  closed = report_why.why_pncnn({"pncnn": run(0.0049, 12.6, 5000), "pncnn_masked": masked})
+  closed = pages_why.why_pncnn({"pncnn": run(0.0049, 12.6, 5000), "pncnn_masked": masked})
   assert "The empty pixels hold 0.49 % of all the input confidence" in closed
   assert "At 5000 steps the leak is nearly closed, yet c0 stays higher on the disturbed points, so" in closed
-  open_ = report_why.why_pncnn({"pncnn": run(0.22, 13.8, 1000), "pncnn_masked": masked})
+  open_ = pages_why.why_pncnn({"pncnn": run(0.22, 13.8, 1000), "pncnn_masked": masked})
   assert "The empty pixels hold 22 % of all" in open_ and "leak is nearly closed" not in open_
-  assert "leak is nearly closed" not in report_why.why_pncnn({"pncnn": run(0.0049, 4.0, 5000), "pncnn_masked": masked})
+  assert "leak is nearly closed" not in pages_why.why_pncnn({"pncnn": run(0.0049, 4.0, 5000), "pncnn_masked": masked})
 
 
 def test_discussion_follows_the_numbers_it_quotes():
   """The discussion's (b) and (c) paragraphs say 'better'/'worse' and 'less'/'no less' as their numbers read, and
   give the seed range only when every seed of the recipe is there."""
-  from pncnn_jax.experiments.pages import why as report_why  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments.pages import why as pages_why  # pylint: disable=g-import-not-at-top
   def run(ause, auroc, bins):
     return {"uncertainty": {"ause_pncnn": ause}, "metrics": {"mae": 1.0, "rmse": 1.0},
             "c0": {"auroc": auroc, "auroc_depth_bins": bins, "c0_mean_clean": 0.9, "c0_mean_disturbed": 0.95}}
   runs = {"pncnn_masked": run(0.08, 0.91, 0.86), "ncnn_conf_l1_masked": run(0.51, 0.90, 0.84),
           "ncnn_conf_l1": run(0.33, 0.38, 0.29)}
-  text = "\n".join(report_why.discussion(runs))
+  text = "\n".join(pages_why.discussion(runs))
   assert "AUSE 0.510 (worse than 0.330 for the official `ncnn_conf_l1`)" in text
   assert "separates the disturbed points no less sharply than NCNN-Conf's" in text and "ranges from" not in text
   runs["ncnn_conf_l1_masked"] = run(0.2, 0.92, 0.87)
   runs |= {f"pncnn_masked_seed{k}": run(0.1, a, 0.7) for k, a in ((1, 0.18), (2, 0.5), (3, 0.6))}
-  text = "\n".join(report_why.discussion(runs))
+  text = "\n".join(pages_why.discussion(runs))
   assert "AUSE 0.200 (better than 0.330" in text and "separates the disturbed points less sharply" in text
   assert "over seeds 0-3 its AUROC ranges from 0.18 to 0.91" in text
 
@@ -168,7 +168,7 @@ def test_the_variance_unet_ablation_is_read_against_every_pncnn_seed():
 
 
 def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
-  from pncnn_jax.experiments.pages import distance as report_distance
+  from pncnn_jax.experiments.pages import distance as pages_distance
 
   def dist(mae):
     share = [0.01, 0.04, 0.05, 0.2, 0.2, 0.5]
@@ -185,7 +185,7 @@ def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
                        [9000.0, 8000.0, 5000.0, 1000.0, 500.0, 210.0]),
           "pncnn_exp": row([7000.0, 5000.0, 2000.0, 800.0, 400.0, 170.0]),
           "ncnn": {"metrics": {}}}  # a run measured before the table existed: left out
-  text = "\n".join(report_distance.lines(runs, ("ncnn", "ncnn_conf_l1", "pncnn", "pncnn_exp")))
+  text = "\n".join(pages_distance.lines(runs, ("ncnn", "ncnn_conf_l1", "pncnn", "pncnn_exp")))
   assert "| share of pixels | 1.0 % | 4.0 % | 5.0 % | 20.0 % | 20.0 % | 50.0 % | 100 % | |" in text
   assert "| `pncnn` | 11000 | 8000 | 5000 | 1000 | 500 | 210 | 1085 | 1065 |" in text and "| `ncnn` |" not in text
   assert "| `pncnn_exp` | 7000 | 5000 | 2000 | 800 | 400 | 170 | 695 | n/a |" in text
@@ -198,10 +198,10 @@ def test_where_the_error_lies_splits_claim_d_gaps_over_the_bins():
           "networks' part, and +10 mm is how the two weigh the disturbed points (keeping them changes `pncnn`'s "
           "pooled MAE by +20 mm and `ncnn_conf_l1`'s by +10 mm)") in text
   assert "`pncnn_exp` against `ncnn_conf_l1`: pooled MAE -35 mm (-20 mm closer" in text  # no deleted pass: one split
-  assert report_distance.lines({"ncnn": {"metrics": {}}}, ("ncnn",)) == []
-  assert report_distance.gap_sentence(runs, "pncnn", "ncnn_conf_l1") == (
+  assert pages_distance.lines({"ncnn": {"metrics": {}}}, ("ncnn",)) == []
+  assert pages_distance.gap_sentence(runs, "pncnn", "ncnn_conf_l1") == (
       " Measured here (section 'Where the error lies'): `pncnn`'s pooled MAE is +355 mm against `ncnn_conf_l1`'s, "
       "+350 mm of it within 20 px of a disturbed point (+5 mm beyond), and +345 mm (97 %) remain with the disturbed "
       "points deleted from both inputs: mostly the depth network's, in the places where disturbances happen, not how "
       "c0 weighs the disturbed points.")
-  assert report_distance.gap_sentence(runs, "pncnn_exp", "ncnn_conf_l1") == ""  # no deleted pass, no sentence
+  assert pages_distance.gap_sentence(runs, "pncnn_exp", "ncnn_conf_l1") == ""  # no deleted pass, no sentence

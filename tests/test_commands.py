@@ -157,9 +157,9 @@ def test_help_lists_configs_variants_and_fields(script):
   for name in sorted(p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "base"):
     assert f"configs/{name}.py" in r.stdout, name
   assert "Variants: " + ", ".join(models.VARIANTS) in r.stdout
-  from pncnn_jax.flow import model as flow
-  assert "Flow variants (configs/flow_synthetic.py only): " + ", ".join(flow.FLOW_VARIANTS) in r.stdout
-  assert cli.FLOW_VARIANTS == tuple(flow.FLOW_VARIANTS)
+  from pncnn_jax.flow import model as flow_model
+  assert "Flow variants (configs/flow_synthetic.py only): " + ", ".join(flow_model.FLOW_VARIANTS) in r.stdout
+  assert cli.FLOW_VARIANTS == tuple(flow_model.FLOW_VARIANTS)
   assert cli.VARIANTS == tuple(models.VARIANTS) and set(cli.CONFIG_FILES) == {
       p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "base"}
   base = from_config.load_config(REPO / "configs" / "base.py")
