@@ -70,7 +70,7 @@ def child(kernel: str, what: str, variant: str, batch: int, height: int, width: 
                            rng.uniform(2.0, 80.0, (batch, height, width, 1)), 0.0), jnp.float32)
   variables = model.init(jax.random.key(0), x[:1])
   if what == "step":
-    state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
+    state = training_step.create_train_state(model, variables, learning_rate=0.01)
     args = (state, {"sparse": x, "target": x})
     loss = from_config.variant_loss(config)
     fn = jax.jit(lambda s, b: training_step.train_step(s, b, loss_name=loss))

@@ -164,7 +164,7 @@ def time_train_step(rng: np.random.Generator, paired: Paired, repeats: int, batc
   time and FLOPs reported per step. The state is donated and fed back, as the trainer does."""
   model = models.build_model("pncnn", **model_kw)
   variables = models.init_variables(model, jax.random.key(0))
-  state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
+  state = training_step.create_train_state(model, variables, learning_rate=0.01)
   shape = (batch, H, W, 1)
   sparse = np.where(rng.random(shape) < 0.05, rng.uniform(2, 80, shape), 0).astype(np.float32)
   target = np.where(rng.random(shape) < 0.2, rng.uniform(2, 80, shape), 0).astype(np.float32)

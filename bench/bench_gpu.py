@@ -110,7 +110,7 @@ def jax_worker(rows, calls: int, repeats: int, emit) -> None:
       fn = jax.jit(functools.partial(model.apply, train=False))
       args = (variables, jnp.asarray(sparse))
     else:
-      state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
+      state = training_step.create_train_state(model, variables, learning_rate=0.01)
       fn = jax.jit(functools.partial(training_step.train_step, loss_name="gaussian_nll"), donate_argnums=0)
       args = (state, {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)})
     programs[name] = (fn, args, kind)

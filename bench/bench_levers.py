@@ -396,8 +396,7 @@ def make_step(opts: dict, batch: int, height: int, width: int):
   from pncnn_jax.nn import models  # pylint: disable=g-import-not-at-top
   from pncnn_jax.training import step as training_step  # pylint: disable=g-import-not-at-top
   model = models.build_model("pncnn", remat=opts.get("remat", True))
-  state = training_step.create_train_state(model, models.init_variables(model, jax.random.key(0)),
-                                           training_step.make_optimizer(0.01))
+  state = training_step.create_train_state(model, models.init_variables(model, jax.random.key(0)), learning_rate=0.01)
   rng = np.random.default_rng(0)
   shape = (batch, height, width, 1)
   sparse = np.where(rng.random(shape) < 0.05, rng.uniform(2, 80, shape), 0).astype(np.float32)

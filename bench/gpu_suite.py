@@ -180,7 +180,7 @@ def jax_worker(args, emit) -> None:
       fn = jax.jit(functools.partial(model.apply, train=False))
       call_args = (variables, jnp.asarray(sparse))
     else:
-      state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
+      state = training_step.create_train_state(model, variables, learning_rate=0.01)
       fn = jax.jit(functools.partial(training_step.train_step, loss_name="gaussian_nll"), donate_argnums=0)
       call_args = (state, {"sparse": jnp.asarray(sparse), "target": jnp.asarray(target)})
     programs[name] = (fn, call_args, kind, prec)

@@ -25,7 +25,6 @@ import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from pncnn_jax import data
 from pncnn_jax.ensemble.members import ensemble_size, member_map
@@ -92,13 +91,17 @@ class MemberBatches:
     return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=self._threads, prefetch_buffer_size=4)))
 
 
-def create_ensemble_state(model, variables: PyTree, tx: optax.GradientTransformation) -> training_step.TrainState:
-  """A TrainState whose step (K,), params, opt_state (vmapped `tx.init`) and batch_stats lead with K."""
+def create_ensemble_state(model, variables: PyTree, *, learning_rate: float, steps_per_epoch: int = 1,
+                          decay_epochs: int = 0, gamma: float = 0.1,
+                          clip_norm: float = 0.0) -> training_step.TrainState:
+  """A TrainState whose step (K,), params, opt_state (vmapped init of `training_step.make_optimizer`, every member
+  with the StepLR schedule of `training_step.set_step_lr`) and batch_stats lead with K."""
   k = ensemble_size(variables)
+  tx = training_step.make_optimizer(clip_norm)
+  opt_state = training_step.set_step_lr(jax.vmap(tx.init)(variables["params"]), learning_rate, steps_per_epoch,
+                                        decay_epochs, gamma)
   return training_step.TrainState(step=jnp.zeros((k,), jnp.int32), apply_fn=model.apply, params=variables["params"],
-                                  tx=tx,
-                                  opt_state=jax.vmap(tx.init)(variables["params"]),
-                                  batch_stats=variables.get("batch_stats", {}))
+                                  tx=tx, opt_state=opt_state, batch_stats=variables.get("batch_stats", {}))
 
 
 def ensemble_train_step(state: training_step.TrainState, batch: Mapping[str, Array], *, loss_name: str,

@@ -69,25 +69,12 @@ log = logging.getLogger(__name__)
 # State
 
 
-@functools.lru_cache(maxsize=16)
-def _schedule_and_optimizer(lr: float, spe: int, decay_epochs: int, factor: float, clip_norm: float):
-  """The StepLR schedule and Adam, one object per setting: the optimizer is a static part of the TrainState, so a
-  new one would make the jitted step recompile (e.g. when a run resumes in the same process)."""
-  schedule = training_step.step_lr_schedule(lr, spe, decay_epochs, factor)
-  return schedule, training_step.make_optimizer(schedule, clip_norm)
-
-
-def _schedule_settings(config: ml_collections.ConfigDict, spe: int) -> tuple[float, int, int, float]:
-  """The StepLR settings of `config` as Python numbers: (lr, steps per epoch, decay epochs, decay factor)."""
-  return float(config.learning_rate), int(spe), int(config.lr_decay_epochs), float(config.lr_decay_factor)
-
-
-def _clip_norm(config: ml_collections.ConfigDict) -> float:
-  return float(config.get("grad_clip_norm", 0.0))
-
-
-def _schedule_and_tx(config: ml_collections.ConfigDict, spe: int):
-  return _schedule_and_optimizer(*_schedule_settings(config, spe), _clip_norm(config))
+def optimizer_settings(config: ml_collections.ConfigDict, steps_per_epoch: int) -> dict[str, Any]:
+  """The optimizer settings of `config` (`training_step.create_train_state`'s keyword arguments): the StepLR
+  schedule, lr = learning_rate * lr_decay_factor^(epoch // lr_decay_epochs), and the gradient clipping."""
+  return {"learning_rate": float(config.learning_rate), "steps_per_epoch": int(steps_per_epoch),
+          "decay_epochs": int(config.lr_decay_epochs), "gamma": float(config.lr_decay_factor),
+          "clip_norm": float(config.get("grad_clip_norm", 0.0))}
 
 
 @functools.lru_cache(maxsize=16)
@@ -101,10 +88,8 @@ def init_state(config: ml_collections.ConfigDict, steps_per_epoch: int) -> train
   """The initial TrainState of a single model (params from `config.seed`, Adam with the StepLR schedule)."""
   model = from_config.build_model(config)
   variables = _jitted_init(model)(jax.random.key(config.seed))  # as models.init_variables (prng.INIT_PRNG)
-  state = training_step.create_train_state(model, variables, training_step.make_step_lr_optimizer(_clip_norm(config)),
-                                           config.seed,
-                                           lr_schedule=training_step.step_lr_values(*_schedule_settings(config,
-                                                                                                        steps_per_epoch)))
+  state = training_step.create_train_state(model, variables, dropout_seed=config.seed,
+                                           **optimizer_settings(config, steps_per_epoch))
   return state.replace(step=jnp.zeros((), jnp.int32))  # an array, so that checkpoints have a fixed structure
 
 
@@ -113,7 +98,7 @@ def init_ensemble_state(config: ml_collections.ConfigDict, steps_per_epoch: int)
   model = from_config.build_model(config)
   hw = (config.data.train_crop_height, config.data.train_crop_width)
   variables = ensemble_members.init_ensemble(model, from_config.member_seeds(config), hw)
-  return training_ensemble.create_ensemble_state(model, variables, _schedule_and_tx(config, steps_per_epoch)[1])
+  return training_ensemble.create_ensemble_state(model, variables, **optimizer_settings(config, steps_per_epoch))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -218,7 +203,7 @@ def _single_job(config, mesh: Mesh, spe: int, loss_name: str) -> _Job:
   return _Job(
       state=init_state(config, spe), steps_per_call=per_call, next_batch=next_batch,
       step=lambda n: make_train_step(loss_name, mesh) if n == 1 else make_train_steps(loss_name, mesh),
-      flat=lambda m: {k: float(v) for k, v in m.items() if k != "is_finite"},
+      flat=lambda m: {k: float(v) for k, v in m.items() if k not in ("is_finite", "lr")},
       validate=validate_state, extra_meta=lambda: {"data_iterator": train_iter.get_state()},
       on_restore=on_restore, start_at=lambda _: None)
 
@@ -249,7 +234,8 @@ def _ensemble_job(config, mesh: Mesh, spe: int, loss_name: str, workdir: pathlib
       state=init_ensemble_state(config, spe), steps_per_call=1,
       next_batch=lambda n: sharding.shard_batch(next(it["it"]), mesh, batch_axis=1),
       step=lambda n: make_ensemble_train_step(loss_name, mesh, e.get("train_member_map", "vmap")),
-      flat=lambda m: {f"{k}_{j}": float(v[j]) for k, v in m.items() if k != "is_finite" for j in range(len(seeds))},
+      flat=lambda m: {f"{k}_{j}": float(v[j]) for k, v in m.items() if k not in ("is_finite", "lr")
+                      for j in range(len(seeds))},
       validate=validate_state,
       extra_meta=lambda: {"ensemble_size": len(seeds), "seeds": seeds, "subset_fraction": fraction},
       on_restore=on_restore, start_at=lambda start: it.update(it=source.iterator(start, total)))
@@ -291,6 +277,9 @@ def _resume(ckpt: manager.Checkpointer, make_job: Callable[[], _Job], config, wo
   target = manager.abstract_like(training_step.state_to_tree(job.state), sharding.replicated(mesh))
   tree, meta = ckpt.restore(latest, target=target, allow_fallback=allow_fallback)
   state = training_step.tree_to_state(job.state, tree)
+  # The schedule's settings come from the config, as on a fresh start (a checkpoint holds them too).
+  settings = sharding.replicate(jax.device_get(training_step.step_lr_settings(job.state.opt_state)), mesh)
+  state = state.replace(opt_state=training_step.with_step_lr_settings(state.opt_state, settings))
   restored = int(np.ravel(np.asarray(jax.device_get(state.step)))[0])
   if restored != latest:  # --allow_fallback: the later steps cannot be restored; make room to save them again
     moved = ckpt.set_aside([s for s in ckpt.all_steps() if s > restored]) if jax.process_index() == 0 else []
@@ -384,7 +373,6 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
 
   spe = from_config.steps_per_epoch(config)
   total_steps = spe * config.num_epochs
-  schedule = _schedule_and_tx(config, spe)[0]
   ckpt = manager.Checkpointer(workdir, max_to_keep=config.max_to_keep, keep_best=True, best_metric="rmse")
   try:
     done = _finished(ckpt, config, workdir, total_steps)
@@ -437,7 +425,7 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
               f"(loss={np.asarray(m['loss']).tolist()}, grad_norm={np.asarray(m['grad_norm']).tolist()}, "
               f"param_norm={np.asarray(m['param_norm']).tolist()}) of {config.variant} in {workdir}. "
               + _last_good(ckpt))
-        lr = float(schedule(step))
+        lr = float(np.ravel(m["lr"])[0])  # the learning rate of this step (every member has the same)
         window.append(job.flat(m) | {"lr": lr})
         if bar is not None:
           bar.update(1)

@@ -32,87 +32,99 @@ Array = jax.Array
 class TrainState(train_state.TrainState):
   """Flax TrainState plus the BatchNorm running statistics (empty dict for NCNN, which has none) and, for a model
   with dropout, the key data (uint32 (2,)) its dropout masks derive from: step t uses fold_in(key, t), so a resumed
-  run draws the masks an uninterrupted one would (None for models without dropout; not checkpointed), and for the
-  training loop's optimizer (`make_step_lr_optimizer`) the learning-rate schedule's settings as arrays
-  (`step_lr_values`; None for an optimizer with its own constants; not checkpointed: they come from the config)."""
+  run draws the masks an uninterrupted one would (None for models without dropout; not checkpointed)."""
 
   batch_stats: Any = struct.field(default_factory=dict)
   dropout_key: Any = None
-  lr_schedule: Any = None
-
-  def apply_gradients(self, *, grads: Any, **kwargs) -> TrainState:
-    """flax's `apply_gradients`; with `lr_schedule` (arrays, see `step_lr_values`), the optimizer
-    (`make_step_lr_optimizer`) reads the learning rate's settings from the state instead of its own constants."""
-    if self.lr_schedule is None:
-      return super().apply_gradients(grads=grads, **kwargs)
-    updates, opt_state = self.tx.update(grads, self.opt_state, self.params, lr_schedule=self.lr_schedule)
-    return self.replace(step=self.step + 1, params=optax.apply_updates(self.params, updates), opt_state=opt_state,
-                        **kwargs)
 
 
-def step_lr_schedule(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> optax.Schedule:
-  """PyTorch StepLR stepped once per epoch: lr = base_lr * gamma^(epoch // decay_epochs),
-  epoch = step // steps_per_epoch (docs/SPEC.md §11.2: KITTI decays every 5 epochs, NYU every 3)."""
-  return optax.exponential_decay(base_lr, steps_per_epoch * decay_epochs, gamma, staircase=True)
+def step_lr(count: Array, init_value: Array, transition_steps: Array, decay_rate: Array) -> Array:
+  """PyTorch StepLR stepped once per epoch (docs/SPEC.md §11.2: KITTI decays every 5 epochs, NYU every 3):
+
+    lr(count) = init_value * decay_rate ^ floor(count / transition_steps),   transition_steps = steps per epoch *
+                                                                             decay epochs
+
+  `optax.exponential_decay(init_value, transition_steps, decay_rate, staircase=True)` on arrays (its argument checks
+  need Python numbers), so that the settings can be optimizer state instead of constants (`make_optimizer`)."""
+  return jnp.where(count <= 0, init_value, init_value * jnp.power(decay_rate, jnp.floor(count / transition_steps)))
 
 
-def step_lr_values(base_lr: float, steps_per_epoch: int, decay_epochs: int, gamma: float = 0.1) -> dict[str, Array]:
-  """`step_lr_schedule`'s settings as arrays, for a TrainState's `lr_schedule` (`make_step_lr_optimizer`)."""
-  return {"init_value": jnp.float32(base_lr), "transition_steps": jnp.int32(steps_per_epoch * decay_epochs),
-          "decay_rate": jnp.float32(gamma)}
+def _adam_step_lr(init_value, transition_steps, decay_rate) -> optax.GradientTransformation:
+  """Adam as the published models were trained (amsgrad=False, docs/SPEC.md §11.1): betas (0.9, 0.999), eps 1e-8
+  added after the bias-corrected sqrt(v), no weight decay; its step scaled by -`step_lr` of the update count."""
+  return optax.chain(optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
+                     optax.scale_by_learning_rate(lambda count: step_lr(count, init_value, transition_steps,
+                                                                        decay_rate)))
 
 
-def _scale_by_step_lr() -> optax.GradientTransformationExtraArgs:
-  """`optax.scale_by_learning_rate(step_lr_schedule(...))` with the schedule's settings passed to `update` as the
-  `lr_schedule` argument (arrays, `step_lr_values`) instead of closed over: the same arithmetic and state
-  (`ScaleByScheduleState`), but a jitted step compiles once for every learning rate and decay.
-
-    lr(count) = init_value * decay_rate ^ floor(count / transition_steps)   (init_value at count 0)
-
-  as `optax.exponential_decay(..., staircase=True)`, whose argument checks need Python numbers, not arrays."""
-
-  def lr(count, s):
-    p = jnp.floor(count / s["transition_steps"])
-    return jnp.where(count <= 0, s["init_value"], s["init_value"] * jnp.power(s["decay_rate"], p))
-
-  def update(updates, state, params=None, *, lr_schedule, **extra_args):
-    del extra_args
-    return optax.scale_by_learning_rate(lambda count: lr(count, lr_schedule)).update(updates, state, params)
-
-  return optax.GradientTransformationExtraArgs(optax.scale_by_learning_rate(lambda count: 0.0).init, update)
-
-
-@functools.lru_cache(maxsize=8)
-def make_step_lr_optimizer(clip_norm: float = 0.0) -> optax.GradientTransformationExtraArgs:
-  """`make_optimizer(step_lr_schedule(...), clip_norm)` whose schedule settings come from the TrainState's
-  `lr_schedule` (`step_lr_values`): the same updates and optimizer state (checkpoints are interchangeable), but
-  one optimizer object per `clip_norm` (cached), so runs that differ in learning rate, decay or epoch length share
-  one compiled step (the training loop's optimizer)."""
-  adam = optax.chain(optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8), _scale_by_step_lr())
-  return optax.chain(optax.clip_by_global_norm(clip_norm), adam) if clip_norm > 0 else adam
-
-
-def make_optimizer(learning_rate: float | optax.Schedule, clip_norm: float = 0.0) -> optax.GradientTransformation:
-  """Plain Adam as the published models were trained (amsgrad=False, docs/SPEC.md §11.1):
-  betas (0.9, 0.999), eps 1e-8 added after the bias-corrected sqrt(v), no weight decay.
+def make_optimizer(clip_norm: float = 0.0) -> optax.GradientTransformation:
+  """The optimizer of every training (single models and ensembles): Adam with the StepLR schedule (`step_lr`),
+  whose three settings are hyperparameters held in the optimizer state (`optax.inject_hyperparams`), not constants
+  of the program. `set_step_lr` puts a config's settings there after `init`; `learning_rate` reads the rate of the
+  next update back. So one optimizer object per `clip_norm` (cached), and one compiled training step, serves every
+  learning rate, decay and epoch length.
 
   clip_norm > 0 (a recipe option, not the published training): the gradient g is first scaled to
   g * min(1, clip_norm / ||g||_2), ||.||_2 over all parameters, so one outlier batch moves Adam's moments by at
-  most that much. clip_norm = 0 is plain Adam with its optimizer state unchanged (checkpoints stay compatible)."""
-  adam = optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+  most that much."""
+  return _make_optimizer(float(clip_norm))
+
+
+@functools.lru_cache(maxsize=8)
+def _make_optimizer(clip_norm: float) -> optax.GradientTransformation:
+  adam = optax.inject_hyperparams(_adam_step_lr)(init_value=0.0, transition_steps=1, decay_rate=1.0)
   return optax.chain(optax.clip_by_global_norm(clip_norm), adam) if clip_norm > 0 else adam
 
 
-def create_train_state(model: nn.Module, variables: dict[str, Any], tx: optax.GradientTransformation,
-                       dropout_seed: int = 0, lr_schedule: dict[str, Array] | None = None) -> TrainState:
-  """A TrainState from initial or converted variables ({'params', 'batch_stats'?}); a model with dropout
-  (`model.dropout_rate > 0`, e.g. pncnn_jax.baselines) gets the dropout key of `dropout_seed`. `lr_schedule`
-  (`step_lr_values`) goes with a `make_step_lr_optimizer` tx."""
+STEP_LR_SETTINGS = ("init_value", "transition_steps", "decay_rate")
+
+
+def set_step_lr(opt_state: Any, base_lr: float, steps_per_epoch: int = 1, decay_epochs: int = 0,
+                gamma: float = 0.1) -> Any:
+  """`opt_state` (of `make_optimizer`; an ensemble's, with a leading member axis) with the StepLR settings
+  lr = base_lr * gamma^(epoch // decay_epochs), epoch = step // steps_per_epoch (`step_lr`); decay_epochs 0 keeps
+  base_lr constant."""
+  values = (dict(zip(STEP_LR_SETTINGS, (base_lr, steps_per_epoch * decay_epochs, gamma))) if decay_epochs > 0
+            else dict(zip(STEP_LR_SETTINGS, (base_lr, 1, 1.0))))
+  return with_step_lr_settings(opt_state, {
+      k: jnp.full(jnp.shape(old), v, jnp.asarray(old).dtype)
+      for k, v in values.items() for old in [optax.tree_utils.tree_get(opt_state, k)]})
+
+
+def step_lr_settings(opt_state: Any) -> dict[str, Array]:
+  """The StepLR settings held by a `make_optimizer` state: {init_value, transition_steps, decay_rate}."""
+  return {k: optax.tree_utils.tree_get(opt_state, k) for k in STEP_LR_SETTINGS}
+
+
+def with_step_lr_settings(opt_state: Any, settings: Mapping[str, Array]) -> Any:
+  """`opt_state` with the StepLR settings `settings` (arrays of `step_lr_settings`'s shapes)."""
+  return optax.tree_utils.tree_set(opt_state, **settings)
+
+
+def _has_step_lr(opt_state: Any) -> bool:
+  return optax.tree_utils.tree_get(opt_state, "init_value") is not None
+
+
+def learning_rate(opt_state: Any) -> Array:
+  """The learning rate of the next update of a `make_optimizer` state (per member for an ensemble's)."""
+  count = optax.tree_utils.tree_get(  # the schedule's own count (Adam's and inject_hyperparams' have one too)
+      opt_state, "count", filtering=lambda path, _: getattr(path[-1], "tuple_name", "") == "ScaleByScheduleState")
+  return step_lr(count, **step_lr_settings(opt_state))
+
+
+def create_train_state(model: nn.Module, variables: dict[str, Any], *, learning_rate: float,
+                       steps_per_epoch: int = 1, decay_epochs: int = 0, gamma: float = 0.1, clip_norm: float = 0.0,
+                       dropout_seed: int = 0) -> TrainState:
+  """A TrainState from initial or converted variables ({'params', 'batch_stats'?}) with the optimizer of
+  `make_optimizer(clip_norm)` and the StepLR schedule of `set_step_lr` (decay_epochs 0: a constant
+  `learning_rate`); a model with dropout (`model.dropout_rate > 0`, e.g. pncnn_jax.baselines) gets the dropout key
+  of `dropout_seed`."""
   key = None
   if getattr(model, "dropout_rate", 0) > 0:
     key = jax.random.key_data(jax.random.fold_in(jax.random.key(dropout_seed), DROPOUT_STREAM))
-  return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
-                           batch_stats=variables.get("batch_stats", {}), dropout_key=key, lr_schedule=lr_schedule)
+  state = TrainState.create(apply_fn=model.apply, params=variables["params"], tx=make_optimizer(clip_norm),
+                            batch_stats=variables.get("batch_stats", {}), dropout_key=key)
+  return state.replace(opt_state=set_step_lr(state.opt_state, learning_rate, steps_per_epoch, decay_epochs, gamma))
 
 
 DROPOUT_STREAM = 0x64726F70  # folded into the seed's key, so dropout masks never reuse the init's random numbers
@@ -201,12 +213,14 @@ def state_is_finite(state: TrainState) -> Array:
 def train_step(state: TrainState, batch: dict[str, Array], *, loss_name: str) -> tuple[TrainState, dict[str, Array]]:
   """One optimisation step: forward in train mode, loss, backward, Adam update, BatchNorm statistics update.
 
-  Metrics (scalars): loss, the loss's batch errors (`losses.get_batch_errors`: depth mae and rmse in metres, from
+  Metrics (scalars): loss, lr (the learning rate of this update, for a `make_optimizer` state), the loss's batch
+  errors (`losses.get_batch_errors`: depth mae and rmse in metres, from
   this step's train-mode prediction, before the update, as the reference's training CSV; flow epe and rmse [px]),
   grad_norm and param_norm (global L2), and is_finite: the loss, the gradients and their norm, and the updated state
   (`state_is_finite`: parameters, their norm, BatchNorm statistics).
   """
   (loss, (out, new_stats)), grads = loss_and_grads(state, state.params, batch, loss_name)
+  lr = learning_rate(state.opt_state) if _has_step_lr(state.opt_state) else None
   new_state = state.apply_gradients(grads=grads, batch_stats=new_stats)
   grad_norm = global_norm(grads)
   metrics = {
@@ -216,6 +230,8 @@ def train_step(state: TrainState, batch: dict[str, Array], *, loss_name: str) ->
       "is_finite": jnp.isfinite(loss) & jnp.isfinite(grad_norm) & state_is_finite(new_state),
       **losses.get_batch_errors(loss_name)(out.depth, batch["target"]),  # chosen by name, statically
   }
+  if lr is not None:
+    metrics["lr"] = lr
   return new_state, metrics
 
 

@@ -104,10 +104,9 @@ def test_evaluate_prefixes_fuses_the_first_members(tiny):
 
 def test_train_state_draws_a_dropout_key_per_step(tiny):
   model, variables, sparse = tiny
-  state = training_step.create_train_state(model, variables, training_step.make_optimizer(1e-3), dropout_seed=3)
+  state = training_step.create_train_state(model, variables, learning_rate=1e-3, dropout_seed=3)
   assert state.dropout_key is not None and training_step.dropout_rngs(state.replace(dropout_key=None)) == {}
   k0, k1 = (training_step.dropout_rngs(state.replace(step=jnp.asarray(t)))["dropout"] for t in (0, 1))
   assert not np.array_equal(jax.random.key_data(k0), jax.random.key_data(k1))
-  plain = training_step.create_train_state(baselines_model.build_baseline("s2d"), variables,
-                                           training_step.make_optimizer(1e-3))
+  plain = training_step.create_train_state(baselines_model.build_baseline("s2d"), variables, learning_rate=1e-3)
   assert plain.dropout_key is None  # no dropout, no key: the other models' steps are unchanged

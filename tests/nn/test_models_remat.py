@@ -33,7 +33,7 @@ def _batch(shape=(2, 32, 64, 1)):
 def _step(variant: str, loss_name: str, remat: bool):
   model = models.build_model(variant, remat=remat)
   variables = models.init_variables(model, jax.random.key(0))
-  state = training_step.create_train_state(model, variables, training_step.make_optimizer(0.01))
+  state = training_step.create_train_state(model, variables, learning_rate=0.01)
   batch = _batch()
   (loss, (out, new_stats)), grads = jax.jit(functools.partial(training_step.loss_and_grads, loss_name=loss_name))(
       state, state.params, batch)  # the step's forward, loss and backward (the Adam update adds nothing remat touches)

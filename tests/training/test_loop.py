@@ -227,11 +227,19 @@ def test_model_settings_follow_the_config_and_old_configs_load_as_trained():
 
 
 def test_lr_schedule_follows_the_step():
-  cfg = tiny_config(lr_decay_epochs=1)
+  """The state's learning rate is StepLR's (PyTorch's, stepped per epoch): 0.01, x0.1 every epoch of 4 steps; the
+  train step reports the rate it applied."""
+  cfg = tiny_config("ncnn", lr_decay_epochs=1)
   state = loop.init_state(cfg, 4)
-  sched = training_step.step_lr_schedule(0.01, 4, 1, 0.1)
-  np.testing.assert_allclose([float(sched(s)) for s in (0, 3, 4, 7, 8)], [0.01, 0.01, 1e-3, 1e-3, 1e-4], rtol=1e-6)
   assert int(state.step) == 0 and state.step.dtype == jnp.int32
+  lrs = []
+  step = jax.jit(lambda s, b: training_step.train_step(s, b, loss_name="masked_l1"))
+  for b in _batches(9):
+    state, m = step(state, b)
+    lrs.append(float(m["lr"]))
+  np.testing.assert_allclose(lrs, [0.01] * 4 + [1e-3] * 4 + [1e-4], rtol=1e-6)
+  np.testing.assert_allclose([float(training_step.step_lr(jnp.asarray(c), 0.01, 4, 0.1)) for c in (0, 3, 4, 7, 8)],
+                             [0.01, 0.01, 1e-3, 1e-3, 1e-4], rtol=1e-6)
 
 
 def test_non_finite_loss_stops_with_last_good_checkpoint(tmp_path, monkeypatch):
@@ -329,7 +337,7 @@ def test_gradient_clipping_scales_the_gradient_before_adam():
            {"a": jnp.array([0.1, 0.0, -0.2]), "b": jnp.array([0.3, 0.0])}]  # norm 0.37: kept as it is
 
   def run(tx, gs):
-    x, s = p, tx.init(p)
+    x, s = p, training_step.set_step_lr(tx.init(p), 0.01)
     for g in gs:
       u, s = tx.update(g, s, x)
       x = optax.apply_updates(x, u)
@@ -338,19 +346,18 @@ def test_gradient_clipping_scales_the_gradient_before_adam():
   def by_hand(g):
     return jax.tree.map(lambda v: v * min(1.0, 5.0 / float(optax.tree.norm(g))), g)
 
-  plain, clipped = training_step.make_optimizer(0.01), training_step.make_optimizer(0.01, clip_norm=5.0)
+  plain, clipped = training_step.make_optimizer(), training_step.make_optimizer(clip_norm=5.0)
   got, want, unclipped = run(clipped, grads), run(plain, [by_hand(g) for g in grads]), run(plain, grads)
   for k in p:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-9)
   assert not np.allclose(got["a"], unclipped["a"], rtol=1e-3)  # the clipping changed the steps
-  assert jax.tree.structure(training_step.make_optimizer(0.01, 0.0).init(p)) == jax.tree.structure(plain.init(p))
+  assert training_step.make_optimizer(0.0) is plain  # 0: plain Adam, one object
   config = from_config.load_config(f"{REPO / 'configs' / 'synthetic.py'}:pncnn")
   assert config.grad_clip_norm == 0.0
   with config.unlocked():
     config.grad_clip_norm = 5.0
-  schedule, tx = loop._schedule_and_tx(config, 10)  # the training loop's optimizer follows the config
-  assert jax.tree.structure(tx.init(p)) == jax.tree.structure(training_step.make_optimizer(schedule, 5.0).init(p))
-  assert jax.tree.structure(tx.init(p)) != jax.tree.structure(training_step.make_optimizer(schedule).init(p))
+  assert loop.optimizer_settings(config, 10)["clip_norm"] == 5.0  # the training loop's optimizer follows the config
+  assert loop.init_state(config, 10).tx is clipped
 
 
 def test_global_norm_and_all_finite_equal_their_per_leaf_forms():
@@ -371,21 +378,25 @@ def test_global_norm_and_all_finite_equal_their_per_leaf_forms():
 
 
 
-def test_the_loops_optimizer_equals_the_closed_over_schedule_and_compiles_once_for_every_lr():
-  """The training loop's optimizer reads the StepLR settings from the state (`training_step.make_step_lr_optimizer`):
-  bitwise the updates and state of Adam with the schedule closed over
-  (`training_step.make_optimizer(training_step.step_lr_schedule(...))`),
-  across two learning-rate drops and with clipping; and one compiled step serves every lr, decay and epoch length
-  (the divergence tests below run lr 1e6 and 1e30 through one program)."""
+def test_the_optimizer_equals_adam_with_a_closed_over_schedule_and_compiles_once_for_every_lr():
+  """The one optimizer of single models and ensembles (`training_step.make_optimizer`: the StepLR settings held in
+  its state by optax.inject_hyperparams) updates bitwise as `optax.adam(optax.exponential_decay(...,
+  staircase=True))` with the schedule closed over, across two learning-rate drops and with clipping; the step
+  reports the rate it applied; and one compiled step serves every lr, decay and epoch length (the divergence tests
+  below run lr 1e6 and 1e30 through one program)."""
   cfg = tiny_config("ncnn", learning_rate=0.003, lr_decay_epochs=1, grad_clip_norm=5.0)
-  loaded = loop.init_state(cfg, 2)  # lr 0.003, 3e-4 after 2 steps, 3e-5 after 4
-  closed = loaded.replace(tx=loop._schedule_and_tx(cfg, 2)[1], lr_schedule=None)
-  assert jax.tree.structure(closed.opt_state) == jax.tree.structure(loaded.opt_state)  # checkpoints interchange
+  ours = loop.init_state(cfg, 2)  # lr 0.003, 3e-4 after 2 steps, 3e-5 after 4
+  closed_tx = optax.chain(optax.clip_by_global_norm(5.0), optax.adam(optax.exponential_decay(
+      0.003, 2, 0.1, staircase=True), b1=0.9, b2=0.999, eps=1e-8))
+  closed = loop.init_state(cfg, 2).replace(tx=closed_tx)
+  closed = closed.replace(opt_state=closed_tx.init(closed.params))
   step = jax.jit(lambda s, b: training_step.train_step(s, b, loss_name="masked_l1"))
+  lrs = []
   for b in _batches(5):
-    loaded, closed = step(loaded, b)[0], step(closed, b)[0]
-  for x, y in zip(jax.tree.leaves(training_step.state_to_tree(loaded)),
-                  jax.tree.leaves(training_step.state_to_tree(closed)), strict=True):
+    (ours, m), closed = step(ours, b), step(closed, b)[0]
+    lrs.append(float(m["lr"]))
+  np.testing.assert_allclose(lrs, [0.003, 0.003, 3e-4, 3e-4, 3e-5], rtol=1e-6)
+  for x, y in zip(jax.tree.leaves(ours.params), jax.tree.leaves(closed.params), strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   compiled = step._cache_size()  # pylint: disable=protected-access
   assert compiled == 2  # one program per optimizer object

@@ -45,7 +45,7 @@ def _run(case: str):
   variables, _ = convert.state_dict_to_variables(load_npz(WEIGHTS / f"{weights}.npz"))
   variables = jax.tree.map(jnp.asarray, variables)
   model = models.build_model(variant)
-  state = training_step.create_train_state(model, variables, training_step.make_optimizer(LR))
+  state = training_step.create_train_state(model, variables, learning_rate=LR)
   batch = {"sparse": jnp.asarray(nchw_to_nhwc(golden["input"])), "target": jnp.asarray(nchw_to_nhwc(golden["target"]))}
   loss_name = models.VARIANTS[variant].loss
 
@@ -158,7 +158,7 @@ def test_adam_in_isolation(shared_dir, case):
   golden = load_npz(GOLDEN / "train_step" / f"{case}.npz")
   p0 = {k: v for k, v in load_npz(WEIGHTS / f"{weights}.npz").items() if f"grad/{k}" in golden}
   g = {k: golden[f"grad/{k}"] for k in p0}
-  tx = training_step.make_optimizer(LR)
-  updates, _ = tx.update(g, tx.init(p0), p0)
+  tx = training_step.make_optimizer()
+  updates, _ = tx.update(g, training_step.set_step_lr(tx.init(p0), LR), p0)
   for k in p0:
     np.testing.assert_allclose(p0[k] + np.asarray(updates[k]), golden[f"param_after_step/{k}"], atol=2e-6, rtol=0)
