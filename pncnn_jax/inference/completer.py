@@ -6,6 +6,7 @@ r"""One call from sparse depth in metres to dense depth and its uncertainty in m
   completer = Completer.from_checkpoint("runs/kitti_pncnn")  # a training workdir, step dir, converted model, .pth.tar
   out = completer(sparse_m)   # numpy (H, W) or (B, H, W) metres; 0 or NaN = no measurement
   out.depth, out.sigma, out.output_confidence, out.input_confidence, out.support, out.clamped, out.out_of_range
+  out.valid   # support & ~clamped: where depth and sigma are numbers; NaN elsewhere (fill_unsupported=False)
 
 What a call does, in order (each step is part of the contract):
   1. checks the input: (H, W) or (B, H, W) real numbers. NaN means no measurement, as 0 does; +-inf is set to 0
@@ -21,13 +22,17 @@ What a call does, in order (each step is part of the contract):
      Padded pixels have zero input confidence; NConv spreads confidence into them, so predictions within a few
      pixels of the bottom/right border differ slightly from a run at the image's own size (`multiple=1`).
   4. clamps the depth at 0 and records the clamped pixels in `out.clamped` (see "Negative depths" below).
+  5. marks what is not a prediction: `out.support` (`support_mask`: a measurement within SUPPORT_RADIUS_PX pixels)
+     and `out.valid` = support & ~clamped. By default (`fill_unsupported=False`) depth and sigma are NaN outside
+     `valid`, REP 118's and numpy's "no value": a 0 there would read as a point at the camera, and the networks'
+     extrapolation there (the rows above a LiDAR: sigma around 4 m) as a measurement. `fill_unsupported=True`
+     keeps every pixel's value (depth clamped at 0), as before; `out.valid` still says which pixels to trust.
 
 Negative depths. The networks' last NConv is a confidence-weighted average of non-negative inputs, but the
 learned bias and the variance/refinement heads can push it slightly below 0 where the prediction has no support
 (a shipped model writes -2.4 cm in the rows above a KITTI LiDAR). A depth is a distance along the optical axis,
-never negative, so the Completer clamps at 0 rather than marking the pixels invalid: every pixel keeps a value
-and a sigma, `out.clamped` says which were clamped, and the clamped pixels are (in every case we measured) also
-outside `out.support`, where a user should not trust the depth anyway.
+never negative, so the Completer clamps at 0; `out.clamped` says which were clamped, and they are not `valid`
+(NaN by default). The clamped pixels are (in every case we measured) also outside `out.support`.
 
 An ensemble: several checkpoints separated by commas (members of one model trained with a probabilistic loss),
 fused per pixel by `fusion` (`pncnn_jax.ensemble.fusion.fuse`: 'weighted_mean' by default, 'mean', 'max_confidence',
@@ -75,6 +80,29 @@ class InputRangeWarning(UserWarning):
   """Input depths lie beyond the range the model was trained on (`Completer.input_range_m`)."""
 
 
+def support_mask(sparse_bhw1: jax.Array) -> jax.Array:
+  """The one definition of input support: True where a measurement (> 0) lies within SUPPORT_RADIUS_PX pixels,
+  in Chebyshev distance (a (2r+1) x (2r+1) square; pixels beyond the image hold none).
+
+  Args:
+    sparse_bhw1: (B, H, W, 1) sparse depth [m], 0 or NaN = no measurement.
+  Returns:
+    (B, H, W, 1) bool. Computed as two 1-D box sums of the 0/1 measurement map (exact in float32: at most 17 * 17)
+    with `lax.conv_general_dilated`, so the same code runs in the Completer's program and in exported graphs
+    (StableHLO; ONNX `Conv`, as the NConv layers there).
+  """
+  if sparse_bhw1.ndim != 4 or sparse_bhw1.shape[-1] != 1:
+    raise ValueError(f"support_mask: expected (B, H, W, 1) sparse depth, got shape {sparse_bhw1.shape}")
+  r = SUPPORT_RADIUS_PX
+  has = (sparse_bhw1 > 0).astype(jnp.float32)
+  dn = ("NHWC", "HWIO", "NHWC")
+  rows = jax.lax.conv_general_dilated(has, jnp.ones((2 * r + 1, 1, 1, 1), jnp.float32), (1, 1), ((r, r), (0, 0)),
+                                      dimension_numbers=dn)
+  box = jax.lax.conv_general_dilated(rows, jnp.ones((1, 2 * r + 1, 1, 1), jnp.float32), (1, 1), ((0, 0), (r, r)),
+                                     dimension_numbers=dn)
+  return box > 0.5
+
+
 def input_range_of(dataset: str | None) -> tuple[float, float] | None:
   """(smallest, largest) input depth [m] of the training data of `dataset` (a checkpoint's identity), or None
   when unknown (then nothing is checked)."""
@@ -86,13 +114,13 @@ class Completion:
   """What `Completer.__call__` returns; every array has the input's shape, (H, W) or (B, H, W), as numpy.
 
   Attributes:
-    depth: float32, metres, >= 0: the completed depth z (distance along the optical axis), clamped at 0.
+    depth: float32, metres: the completed depth z (distance along the optical axis), >= 0 (clamped at 0) where
+      `valid`, NaN elsewhere (no input support, or clamped) unless the Completer has `fill_unsupported`.
     sigma: float32, metres, or None: the predicted standard deviation of `depth`, sigma = 1 / sqrt(precision),
       where the precision 1/sigma^2 [1/m^2] is the network's output under the loss it was trained with
       (`pncnn_jax.losses.precision_of`; the Gaussian NLL's c = 1/sigma^2 for pNCNN). Given for models trained
       with a probabilistic loss (and for ensembles: the fused sigma); None for NCNN-style models (L1/L2 losses),
-      which have no calibrated sigma: use `output_confidence` to rank their pixels. Returned everywhere, also
-      where the prediction has no support: mask it with `support`.
+      which have no calibrated sigma: use `output_confidence` to rank their pixels. NaN where depth is.
     output_confidence: float32, unitless, >= 0: the confidence of the network's last normalized convolution
       (the NConv UNet's output confidence, the variance head's input), a weighted average of the input
       confidences; higher = more input support. Not a probability and not calibrated; it ranks pixels.
@@ -101,9 +129,10 @@ class Completion:
       0 elsewhere for models without one); relative to the frame's other values, low values flag measurements
       the model distrusts (e.g. LiDAR points seen through an object's edge).
     support: bool: True where an input measurement lies within `SUPPORT_RADIUS_PX` pixels (Chebyshev
-      distance). Outside it the network extrapolates (e.g. the rows above a LiDAR): depth and sigma are
-      returned there but should not be trusted.
-    clamped: bool: the pixels whose raw network depth was negative and was set to 0.
+      distance; `support_mask`). Outside it the network extrapolates (e.g. the rows above a LiDAR): depth and
+      sigma are NaN there (with `fill_unsupported`: returned, but not to be trusted).
+    clamped: bool: the pixels whose raw network depth was negative and was set to 0 (NaN unless
+      `fill_unsupported`).
     out_of_range: bool: input measurements beyond the model's trained input range (`Completer.input_range_m`);
       all False when the range is unknown.
   """
@@ -116,18 +145,25 @@ class Completion:
   clamped: np.ndarray
   out_of_range: np.ndarray
 
+  @property
+  def valid(self) -> np.ndarray:
+    """bool: `support & ~clamped`, the pixels whose depth and sigma are predictions (numbers by default; every
+    other pixel is NaN unless `fill_unsupported`). What predict writes as <name>_valid.png, the bag command as
+    <namespace>/valid and export as its `valid` output."""
+    return self.support & ~self.clamped
+
 
 @functools.lru_cache(maxsize=16)
 def _forward(model: models.PNCNN, loss: str, rule: str | None, scales: tuple[float, ...] | None):
-  """jit((variables, sparse (B, H, W, 1) [m]) -> {depth, confidence, output_confidence, input_confidence}, each
-  (B, H, W, 1)). `rule` None: one model (confidence: the model's, precision or NConv confidence); otherwise an
-  ensemble of stacked variables fused by `rule` (confidence: the fused precision [1/m^2]). Cached per setting, so
-  Completers of one model share the compiled programs."""
+  """jit((variables, sparse (B, H, W, 1) [m]) -> {depth, confidence, output_confidence, input_confidence, support
+  (`support_mask`)}, each (B, H, W, 1)). `rule` None: one model (confidence: the model's, precision or NConv
+  confidence); otherwise an ensemble of stacked variables fused by `rule` (confidence: the fused precision
+  [1/m^2]). Cached per setting, so Completers of one model share the compiled programs."""
   if rule is None:
     def fn(variables, sparse):
       out = model.apply(variables, sparse, train=False)
       return {"depth": out.depth, "confidence": out.confidence, "output_confidence": out.nconv_confidence,
-              "input_confidence": out.input_confidence}
+              "input_confidence": out.input_confidence, "support": support_mask(sparse)}
     return jax.jit(fn)
   if loss not in losses.PROBABILISTIC_LOSSES:
     raise ValueError(f"an ensemble needs members with a predicted sigma (a probabilistic loss); these were trained "
@@ -139,7 +175,7 @@ def _forward(model: models.PNCNN, loss: str, rule: str | None, scales: tuple[flo
     prec = prec if scales is None else fusion.scale_precision(prec, jnp.asarray(scales, prec.dtype))
     depth, fused_prec = fusion.fuse(out.depth, prec, rule)
     return {"depth": depth, "confidence": fused_prec, "output_confidence": out.nconv_confidence.mean(0),
-            "input_confidence": out.input_confidence.mean(0)}
+            "input_confidence": out.input_confidence.mean(0), "support": support_mask(sparse)}
   return jax.jit(fused)
 
 
@@ -163,12 +199,14 @@ class Completer:
     has_sigma: whether `Completion.sigma` is given (a probabilistic loss, or an ensemble).
     input_range_m: (smallest, largest) input depth [m] it was trained on, or None when unknown.
     multiple: the padding multiple. name: what it was loaded from (for messages).
+    fill_unsupported: False (default): depth and sigma are NaN outside `Completion.valid`; True: every pixel keeps
+      the network's value (depth clamped at 0), the dense output of predict's --fill_unsupported.
   """
 
   def __init__(self, model: models.PNCNN, variables: dict[str, Any], *, loss: str | None,
                input_range_m: tuple[float, float] | None = None, multiple: int = MULTIPLE,
                fusion_rule: str | None = None, precision_scales: Sequence[float] | None = None,
-               name: str = "model"):
+               name: str = "model", fill_unsupported: bool = False):
     if int(multiple) != multiple or multiple < 1:
       raise ValueError(f"pad multiple must be an integer >= 1, got {multiple}")
     if fusion_rule is not None and fusion_rule not in fusion.FUSION_RULES:
@@ -178,6 +216,7 @@ class Completer:
     self.input_range_m = input_range_m
     self.multiple = int(multiple)
     self.fusion_rule = fusion_rule
+    self.fill_unsupported = bool(fill_unsupported)
     scales = None if precision_scales is None else tuple(float(s) for s in precision_scales)
     self._fn = _forward(model, loss, fusion_rule, scales)
     self.has_sigma = fusion_rule is not None or (loss is not None and losses.precision_of(np.ones(1), loss) is not None)
@@ -195,13 +234,13 @@ class Completer:
   def from_checkpoint(cls, checkpoint: str | os.PathLike | Sequence[str], *, variant: str | None = None,
                       allow_mismatch: bool = False, step: int | str = "best", multiple: int = MULTIPLE,
                       fusion: str | None = None, precision_scales: Sequence[float] | None = None,
-                      allow_fallback: bool = False) -> "Completer":
+                      allow_fallback: bool = False, fill_unsupported: bool = False) -> "Completer":
     """Any checkpoint `pncnn_jax.load` takes: a training workdir (its best step), a step directory, a converted
     model directory, an official `.pth.tar`/`.npz` or a shipped name; several (a list, or one string separated
     by commas) are an ensemble fused by `fusion` (default 'weighted_mean') after multiplying member k's precision
     by `precision_scales[k]`. `allow_fallback`: a step that cannot be restored (a truncated or garbled file) falls
     back to the newest intact step of its run, with a warning (`pncnn_jax.load`); without it, that is an error
-    naming both steps.
+    naming both steps. `fill_unsupported`: as the constructor's (the class doc).
 
     Raises FileNotFoundError / ValueError (one line naming the checkpoint) for a missing or wrong checkpoint, an
     ensemble of different models or of members without a sigma, or settings out of range.
@@ -231,11 +270,11 @@ class Completer:
     if len(names) == 1:
       title = names[0] if first.variant in names[0] else f"{first.variant} ({names[0]})"
       return cls(first.build_model(), first.variables, loss=first.loss, input_range_m=input_range,
-                 multiple=multiple, name=title)
+                 multiple=multiple, name=title, fill_unsupported=fill_unsupported)
     rule = fusion or "weighted_mean"
     return cls(first.build_model(), ensemble_members.stack_trees([m.variables for m in members]), loss=first.loss,
                input_range_m=input_range, multiple=multiple, fusion_rule=rule, precision_scales=precision_scales,
-               name=f"ensemble of {len(names)} {first.variant} fused by {rule}")
+               name=f"ensemble of {len(names)} {first.variant} fused by {rule}", fill_unsupported=fill_unsupported)
 
   # ------------------------------------------------------------------------------------------------ running
 
@@ -275,7 +314,8 @@ class Completer:
   def forward(self, sparse_bhw: np.ndarray) -> dict[str, np.ndarray]:
     """The raw network fields of a checked (B, H, W) input [m]: {depth [m] (not clamped), confidence (the model's:
     precision [1/m^2], or the NConv confidence for L1/L2 models; an ensemble's fused precision),
-    output_confidence, input_confidence}, each (B, H, W) numpy, padded and cropped back (step 3)."""
+    output_confidence, input_confidence, support (bool, `support_mask`)}, each (B, H, W) numpy, padded and cropped
+    back (step 3)."""
     _, h, w = sparse_bhw.shape
     padded = pad_batch(np.asarray(sparse_bhw, np.float32), self.multiple)
     out = self._fn(self.variables, jnp.asarray(padded)[..., None])
@@ -303,10 +343,13 @@ class Completer:
     prec = (raw["confidence"] if self.fusion_rule is not None
             else losses.precision_of(raw["confidence"], self.loss) if self.has_sigma else None)
     sigma = None if prec is None else (1.0 / np.sqrt(np.asarray(prec, np.float64))).astype(np.float32)
-    import scipy.ndimage  # pylint: disable=g-import-not-at-top  (0.4 s to import: not on the error paths)
-    support = scipy.ndimage.maximum_filter(sparse > 0, size=(1, 2 * SUPPORT_RADIUS_PX + 1, 2 * SUPPORT_RADIUS_PX + 1),
-                                           mode="constant", cval=False)
-    fields = {"depth": np.where(clamped, np.float32(0), depth).astype(np.float32), "sigma": sigma,
+    support = raw["support"]
+    depth = np.where(clamped, np.float32(0), depth).astype(np.float32)
+    if not self.fill_unsupported:  # step 5: NaN where the depth is not a prediction
+      valid = support & ~clamped
+      depth = np.where(valid, depth, np.float32(np.nan))
+      sigma = None if sigma is None else np.where(valid, sigma, np.float32(np.nan))
+    fields = {"depth": depth, "sigma": sigma,
               "output_confidence": raw["output_confidence"].astype(np.float32),
               "input_confidence": raw["input_confidence"].astype(np.float32), "support": support,
               "clamped": clamped, "out_of_range": far}
@@ -316,4 +359,4 @@ class Completer:
 
   def __repr__(self) -> str:
     return (f"Completer({self.name}, loss={self.loss}, sigma={'yes' if self.has_sigma else 'no'}, "
-            f"input_range_m={self.input_range_m}, multiple={self.multiple})")
+            f"input_range_m={self.input_range_m}, multiple={self.multiple}, fill_unsupported={self.fill_unsupported})")

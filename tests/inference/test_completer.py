@@ -1,5 +1,6 @@
 """The completer API: equal to the low-level path (load, build_model, jit(apply) on the padded input), batches,
-compiles once per padded shape, and checks its input (NaN, inf, negative, empty frames, trained range)."""
+compiles once per padded shape, checks its input (NaN, inf, negative, empty frames, trained range), and marks the
+pixels without input support or with a clamped depth (NaN by default, the network's values with fill_unsupported)."""
 
 import warnings
 
@@ -96,8 +97,10 @@ def test_inputs_beyond_the_trained_range_warn_and_are_marked(small):
   assert out.out_of_range.sum() == 1 and out.out_of_range[5, 7]
 
 
-def test_negative_depths_are_clamped_and_recorded(small, monkeypatch):
-  """Where the network's raw depth is negative the API returns 0 and marks the pixel in `clamped`."""
+@pytest.mark.parametrize("fill", [False, True])
+def test_negative_depths_are_clamped_and_recorded(small, monkeypatch, fill):
+  """Where the network's raw depth is negative the API clamps it to 0 and marks the pixel in `clamped`; such a
+  pixel is not `valid`, so it is NaN unless fill_unsupported."""
   sparse = _sparse((16, 24), seed=3)
   forward = small.forward
 
@@ -105,11 +108,13 @@ def test_negative_depths_are_clamped_and_recorded(small, monkeypatch):
     raw = forward(x)
     return {**raw, "depth": raw["depth"] - 30.0}
   monkeypatch.setattr(small, "forward", shifted)
+  monkeypatch.setattr(small, "fill_unsupported", fill)
   out = small(sparse)
   raw = forward(sparse[None])["depth"][0] - 30.0
-  assert out.clamped.any() and (out.depth >= 0).all()
+  assert out.support.all() and out.clamped.any() and (out.depth[out.valid] >= 0).all()
   np.testing.assert_array_equal(out.clamped, raw < 0)
-  np.testing.assert_array_equal(out.depth, np.maximum(raw, 0))
+  np.testing.assert_array_equal(out.valid, raw >= 0)
+  np.testing.assert_array_equal(out.depth, np.maximum(raw, 0) if fill else np.where(raw >= 0, raw, np.nan))
 
 
 def test_support_marks_pixels_near_a_measurement(small):
@@ -119,6 +124,49 @@ def test_support_marks_pixels_near_a_measurement(small):
   radius = completer_lib.SUPPORT_RADIUS_PX
   assert out.support[8, 2 + radius] and not out.support[8, 3 + radius] and out.support[0, 0]
   assert np.isfinite(out.output_confidence).all()
+
+
+def _band(shape=(16, 24), rows=4, seed=5):
+  """A LiDAR-like frame: measurements (30 %) only in the bottom `rows` rows, none above (the sky)."""
+  sparse = np.zeros(shape, np.float32)
+  sparse[-rows:] = _sparse((rows, shape[1]), seed=seed)
+  return sparse
+
+
+def test_pixels_without_support_are_nan_unless_filled(small):
+  """Issue 50: every pixel without input support came out as a depth (0 m or the network's extrapolation) that no
+  output marked. By default depth is NaN exactly outside `valid` = support & ~clamped (a measurement within 8 px:
+  here the rows more than 8 rows above the band); fill_unsupported keeps today's dense output (clamped at 0)."""
+  sparse = _band()  # rows 12-15 hold measurements: rows 0-3 are more than 8 px away
+  out = small(sparse)
+  r = completer_lib.SUPPORT_RADIUS_PX
+  assert np.isnan(out.depth[:12 - r]).all(), "a depth where no measurement lies within 8 px"
+  expected_support = np.zeros(sparse.shape, bool)
+  expected_support[12 - r:] = True
+  np.testing.assert_array_equal(out.support, expected_support)
+  np.testing.assert_array_equal(out.valid, out.support & ~out.clamped)
+  np.testing.assert_array_equal(np.isnan(out.depth), ~out.valid)
+  assert (out.depth[out.valid] >= 0).all()
+  dense = completer_lib.Completer(small.model, small.variables, loss=small.loss, fill_unsupported=True)(sparse)
+  raw = small.forward(sparse[None])["depth"][0]
+  np.testing.assert_array_equal(dense.depth, np.maximum(raw, 0))  # every pixel a number, as before
+  np.testing.assert_array_equal(dense.depth[out.valid], out.depth[out.valid])
+  np.testing.assert_array_equal(dense.valid, out.valid)
+
+
+def test_support_mask_is_the_chebyshev_ball_of_the_measurements():
+  """`support_mask` (one definition for the Completer, predict, the bag command and export) against a direct
+  evaluation of its definition: some measurement at Chebyshev distance <= SUPPORT_RADIUS_PX."""
+  rng = np.random.default_rng(6)
+  sparse = np.where(rng.random((2, 23, 41)) < 0.004, 7.0, 0.0).astype(np.float32)
+  sparse[1, 0, 0] = np.nan  # no measurement
+  got = np.asarray(completer_lib.support_mask(jax.numpy.asarray(sparse)[..., None]))[..., 0]
+  r = completer_lib.SUPPORT_RADIUS_PX
+  expected = np.zeros(sparse.shape, bool)
+  for b, i, j in zip(*np.nonzero(sparse > 0)):
+    expected[b, max(i - r, 0):i + r + 1, max(j - r, 0):j + r + 1] = True
+  assert 0.2 < expected.mean() < 0.9
+  np.testing.assert_array_equal(got, expected)
 
 
 def test_a_probabilistic_model_gives_sigma_in_metres():
@@ -133,6 +181,11 @@ def test_a_probabilistic_model_gives_sigma_in_metres():
   np.testing.assert_allclose(out.sigma, 1 / np.sqrt(prec), rtol=1e-5)
   np.testing.assert_array_equal(out.depth, np.maximum(raw["depth"][0], 0))
   assert out.sigma.dtype == np.float32 and (out.sigma > 0).all() and (out.input_confidence >= 0).all()
+  # Issue 50: sigma is NaN where depth is (outside the support: here the rows above a band of measurements).
+  band = c(_band())
+  assert (~band.valid).any() and band.valid.any()
+  np.testing.assert_array_equal(np.isnan(band.sigma), ~band.valid)
+  np.testing.assert_array_equal(np.isnan(band.depth), ~band.valid)
 
 
 @pytest.mark.parametrize("kw, message", [
