@@ -3,7 +3,8 @@
 All functions take host numpy arrays, (H, W) in metres unless said otherwise, and write a PNG to `path` (a file
 path, or a binary file object such as `io.BytesIO`, which is how the notebook shows them inline). Every image
 has a colour bar labelled with its unit; values that span more than a decade (confidences, sigma) are shown on
-a log scale, and the colour bar says so. Missing values (no measurement, no ground truth) are white.
+a log scale, and the colour bar says so. Missing values (no measurement, no ground truth) are white; predicted
+values that are not valid (no input support: `Completion.valid`) are hatched.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import IO, Mapping, Sequence
 import numpy as np
 
 LOG_MIN_SPAN = 10.0  # a log colour scale when the shown values span at least this ratio (one decade)
+HATCH, HATCH_COLOR = "////", "0.45"  # how pixels without a valid prediction are drawn: grey diagonal lines
 
 
 def _plt():
@@ -63,16 +65,22 @@ def value_range(values: np.ndarray, *, positive: bool = False, lo_pct: float = 1
 
 
 def show_image(ax, values: np.ndarray, *, cmap: str, label: str, vmin: float | None = None,
-               vmax: float | None = None, log: bool = False, title: str | None = None, row_label: str | None = None):
+               vmax: float | None = None, log: bool = False, title: str | None = None, row_label: str | None = None,
+               hatch: np.ndarray | None = None):
   """imshow of (H, W) `values` with a colour bar of the image's height labelled `label` (the unit; ', log scale'
   appended when `log`); NaN pixels are white, and values beyond [vmin, vmax] take the end colours (the bar's
-  pointed ends). Ticks are off; `row_label` goes to the left of the image."""
+  pointed ends). The pixels of the (H, W) bool `hatch` are shown white and hatched (`hatch_pixels`), whatever
+  their value. Ticks are off; `row_label` goes to the left of the image."""
   from matplotlib import colormaps, colors  # pylint: disable=g-import-not-at-top
   from mpl_toolkits.axes_grid1 import make_axes_locatable  # pylint: disable=g-import-not-at-top
   cm = colormaps[cmap].with_extremes(bad="white")
   v = np.asarray(values, np.float64)
+  if hatch is not None:
+    v = np.where(hatch, np.nan, v)
   norm = colors.LogNorm(vmin=vmin, vmax=vmax, clip=True) if log else colors.Normalize(vmin=vmin, vmax=vmax)
   im = ax.imshow(np.where(v > 0, v, np.nan) if log else v, cmap=cm, norm=norm, interpolation="nearest")
+  if hatch is not None:
+    hatch_pixels(ax, hatch)
   ax.set_xticks([]), ax.set_yticks([])
   if title:
     ax.set_title(title, fontsize=8)
@@ -95,6 +103,25 @@ def show_image(ax, values: np.ndarray, *, cmap: str, label: str, vmin: float | N
   return im
 
 
+def hatch_pixels(ax, mask: np.ndarray) -> None:
+  """Hatches the pixels of the (H, W) bool `mask` on an imshow axes (pixel centres at integers): grey diagonal
+  lines (HATCH) over the region, its outline on the pixel edges; the axes limits are kept."""
+  mask = np.asarray(mask, bool)
+  if not mask.any():
+    return
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  h, w = mask.shape
+  limits = ax.get_xlim(), ax.get_ylim()
+  # Each pixel as a 2x2 block of samples at its corners (+-0.49), so the 0.5 level runs along the pixel edges.
+  fine = np.repeat(np.repeat(mask.astype(np.float64), 2, axis=0), 2, axis=1)
+  xs = (np.arange(w)[:, None] + np.array([-0.49, 0.49])).ravel()
+  ys = (np.arange(h)[:, None] + np.array([-0.49, 0.49])).ravel()
+  with plt.rc_context({"hatch.color": HATCH_COLOR, "hatch.linewidth": 0.6}):
+    ax.contourf(xs, ys, fine, levels=[0.5, 1.5], colors="none", hatches=[HATCH])
+  ax.set_xlim(*limits[0])
+  ax.set_ylim(*limits[1])
+
+
 def uncertainty_view(sigma_m: np.ndarray | None, confidence: np.ndarray | None) -> dict:
   """`show_image` settings for a model's uncertainty: sigma [m] (magma, bright = uncertain), or for models without
   a calibrated sigma (NCNN-style) their output confidence (viridis, bright = confident, unitless), each on a log
@@ -105,6 +132,7 @@ def uncertainty_view(sigma_m: np.ndarray | None, confidence: np.ndarray | None) 
                 title="uncertainty: predicted standard deviation sigma (bright = uncertain)")
   lo, hi, log = value_range(confidence, positive=True, hi_pct=100.0)
   c = np.asarray(confidence, np.float64)
+  c = c[np.isfinite(c)]  # NaN: no value (not valid)
   span = f"{c.min():.1e} to {c.max():.2g}" if c.size else "empty"
   return dict(values=confidence, cmap="viridis", label="confidence (unitless)", vmin=lo, vmax=hi, log=log,
               title=f"output confidence, not a calibrated sigma (bright = confident; values {span})")
@@ -112,10 +140,12 @@ def uncertainty_view(sigma_m: np.ndarray | None, confidence: np.ndarray | None) 
 
 def save_depth_preview(depth_m: np.ndarray, path, *, sparse_m: np.ndarray | None = None,
                        sigma_m: np.ndarray | None = None, confidence: np.ndarray | None = None,
-                       title: str = "") -> None:
+                       invalid: np.ndarray | None = None, title: str = "") -> None:
   """predict's preview: the sparse input (if given), the predicted depth (turbo, both from 0 to the 99th
   percentile of the input depths) and the uncertainty (`uncertainty_view`: sigma, or the output confidence), one
-  row each, with colour bars in their units and `title` (the model and file) on top."""
+  row each, with colour bars in their units and `title` (the model and file) on top. The (H, W) bool `invalid`
+  (default: the non-finite depths), the pixels without a valid prediction (`Completion.valid`), are hatched in
+  the depth and uncertainty rows, never drawn in a colour of the scale."""
   plt = _plt()
   depth_m = np.asarray(depth_m, np.float64)
   h, w = depth_m.shape
@@ -123,9 +153,13 @@ def save_depth_preview(depth_m: np.ndarray, path, *, sparse_m: np.ndarray | None
   dmax = float(np.percentile(ref, 99)) if ref.size else 1.0
   rows = [dict(values=np.where(sparse_m > 0, sparse_m, np.nan), cmap="turbo", label="depth [m]", vmin=0.0,
                vmax=dmax, title="input: sparse depth (white: no measurement)")] if sparse_m is not None else []
-  rows.append(dict(values=depth_m, cmap="turbo", label="depth [m]", vmin=0.0, vmax=dmax, title="predicted depth"))
-  if sigma_m is not None or confidence is not None:
-    rows.append(uncertainty_view(sigma_m, confidence))
+  invalid = ~np.isfinite(depth_m) if invalid is None else np.asarray(invalid, bool)
+  note = f" (hatched: not valid, no input support; {100 * invalid.mean():.0f}% of pixels)" if invalid.any() else ""
+  rows.append(dict(values=depth_m, cmap="turbo", label="depth [m]", vmin=0.0, vmax=dmax,
+                   title="predicted depth" + note, hatch=invalid))
+  if sigma_m is not None or confidence is not None:  # its colour range from the valid pixels
+    hide = lambda a: None if a is None else np.where(invalid, np.nan, a)  # noqa: E731
+    rows.append({**uncertainty_view(hide(sigma_m), hide(confidence)), "hatch": invalid})
   width = min(9.0, 4.0 * w / h)  # wide frames 9 in wide, square ones 4 in tall per row
   height = len(rows) * (0.9 * width * h / w + 0.45) + 0.4
   fig, axes = plt.subplots(len(rows), 1, figsize=(width + 0.9, height), squeeze=False)

@@ -58,6 +58,41 @@ def test_preview_of_a_sigma_within_a_decade_is_linear(figures):
   assert labels == ["depth [m]", "depth [m]", "sigma [m]"]
 
 
+@pytest.mark.parametrize("fill", [False, True])
+def test_preview_hatches_the_pixels_without_a_valid_prediction(figures, fill):
+  """Issue 50: the preview drew the pixels without input support (depth 0 m, or the network's extrapolation) in
+  the colour of a near depth. They are hatched in the depth and uncertainty rows, whether predict wrote NaN there
+  (the default) or the network's values (--fill_unsupported), and no colour of the scale is drawn on them."""
+  from matplotlib import colormaps
+  sparse, _, depth = _scene()
+  invalid = np.zeros(depth.shape, bool)
+  invalid[:5] = True  # the rows above a LiDAR
+  depth[:5] = 0.0 if fill else np.nan
+  sigma = np.where(invalid, 30.0 if fill else np.nan, np.linspace(0.5, 2.0, depth.size).reshape(depth.shape))
+  # predict's default writes NaN there: the preview hatches the non-finite depths by itself; with
+  # --fill_unsupported it names them (`invalid`).
+  viz.save_depth_preview(depth, "unused.png", sparse_m=sparse, sigma_m=sigma, title="t",
+                         **({"invalid": invalid} if fill else {}))
+  (fig,) = figures
+  shown = _images(fig)
+  assert "hatched" in shown[1][0].get_title() and "31% of pixels" in shown[1][0].get_title()
+  assert shown[2][2].vmax < 30  # the colour range is the valid pixels'
+  fig.canvas.draw()
+  rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+  for ax, _, _ in shown[1:]:
+    (im,) = ax.get_images()
+    np.testing.assert_array_equal(np.ma.getmaskarray(im.get_array()), invalid)  # drawn white (NaN), not coloured
+    assert any(viz.HATCH in [*getattr(c, "hatches", []), c.get_hatch()] for c in ax.collections), "no hatching"
+    # The rendered pixels of the region's middle row: white and the hatch's grey, never a colour of the scale.
+    x0, y0 = ax.transData.transform((0, 2))
+    x1, _ = ax.transData.transform((depth.shape[1] - 1, 2))
+    row = rgb[int(round(rgb.shape[0] - y0)), int(x0):int(x1)]
+    assert (np.ptp(row, axis=1) < 8).all(), "a coloured pixel in the hatched region"
+    assert (row.min(axis=1) < 200).any() and (row.min(axis=1) > 240).any()  # hatch lines on white
+    near = (np.asarray(colormaps["turbo"](0.0)[:3]) * 255).astype(int)
+    assert not (np.abs(row - near).max(axis=1) < 30).any()
+
+
 @pytest.mark.parametrize("kind", ["sigma [m]", "confidence (uncalibrated)"])
 def test_panels_have_units_row_labels_and_the_model_in_the_title(figures, kind):
   panels = []
