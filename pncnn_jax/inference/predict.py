@@ -1,7 +1,7 @@
 r"""Depth completion with uncertainty on your own sparse depth maps or point clouds.
 
   python -m pncnn_jax.predict --checkpoint PATH --input FILE_OR_DIR --output DIR [--input_format auto]
-      [--depth_scale M] [--output_format same] [--variant NAME] [--no_preview] [--overwrite]
+      [--depth_scale M] [--output_format same] [--variant NAME] [--no_preview] [--overwrite] [--fill_unsupported]
   python -m pncnn_jax.predict --checkpoint PATH --points SCAN_OR_DIR --calib CALIB [--camera 02] --output DIR
 
 Input formats (`--input_format`; a directory is searched recursively for the format's files, following
@@ -23,15 +23,23 @@ into camera --camera of --calib (a KITTI date folder or a YAML / JSON file; pncn
 
 For every input it writes, under the same relative name in DIR:
   <name>.png or <name>.npy  the completed depth, >= 0 (negative network outputs are clamped to 0 and counted on
-                           the file's line), in `--output_format`: 'same' (default: the input's format and unit;
-                           an .npy read with --depth_scale 0.001 is written in millimetres; point clouds: npy
-                           metres), kitti_png, mm_png (PNGs clip at the format's largest depth, 255.996 m and 65.535
-                           m, with a warning) or npy (float32 (H, W) metres); each file's line names the unit
+                           the file's line) where it is valid, and "no value" elsewhere: NaN in .npy, 0 in PNGs
+                           (their formats' "no measurement"); in `--output_format`: 'same' (default: the input's
+                           format and unit; an .npy read with --depth_scale 0.001 is written in millimetres; point
+                           clouds: npy metres), kitti_png, mm_png (PNGs clip at the format's largest depth, 255.996 m
+                           and 65.535 m, with a warning) or npy (float32 (H, W) metres); each file's line names the
+                           unit
   <name>_sigma.npy         float32 (H, W) predicted standard deviation in metres, whatever the depth's unit (models
                            trained with a probabilistic loss; see pncnn_jax.inference.completer), or
-  <name>_confidence.npy    float32 (H, W) the output confidence (unitless), for NCNN-style models without a sigma
-  <name>_preview.png       a figure: the input, the depth and the uncertainty, with colour bars in their units
-                           (not with --no_preview)
+  <name>_confidence.npy    float32 (H, W) the output confidence (unitless), for NCNN-style models without a sigma;
+                           either is NaN where the depth is not valid
+  <name>_valid.png         8-bit PNG, 255 where the depth is valid, 0 where it is not (`Completion.valid`, below)
+  <name>_preview.png       a figure: the input, the depth and the uncertainty, with colour bars in their units,
+                           the pixels that are not valid hatched (not with --no_preview)
+Valid pixels are those with input support (a measurement within 8 pixels) whose network depth is not negative;
+elsewhere (e.g. the rows above a LiDAR) the network extrapolates. --fill_unsupported writes the network's value
+there too (depth clamped at 0, sigma as predicted: every pixel a number, as before), and <name>_valid.png still
+marks them.
 Any image size works: the input is zero-padded at the bottom and right to a multiple of 8 (--pad_multiple) and
 the outputs are cropped back. Padding has zero input confidence, but NConv spreads confidence into it, so
 predictions within a few pixels of the bottom/right border differ slightly from --pad_multiple 1, which runs
@@ -126,7 +134,7 @@ INPUT_FORMATS = ("auto", *FORMATS)
 OUTPUT_FORMATS = ("same", *FORMATS)
 MAX_PLAUSIBLE_M = 1000.0  # deeper than any range sensor: a wrong format or scale
 MIN_PLAUSIBLE_MEDIAN_M = 0.05  # a median depth under 5 cm: a wrong scale (e.g. millimetres read as kilometres)
-OUTPUT_SUFFIXES = (".png", ".npy", "_sigma.npy", "_confidence.npy", "_preview.png")
+OUTPUT_SUFFIXES = (".png", ".npy", "_sigma.npy", "_confidence.npy", "_valid.png", "_preview.png")
 
 
 def format_of(path: pathlib.Path, input_format: str) -> str:
@@ -203,8 +211,8 @@ def input_files(path: pathlib.Path, input_format: str = "auto", *, suffixes: set
                 warn: Callable[[str], None] | None = None, flag: str = "--input"
                 ) -> list[tuple[pathlib.Path, pathlib.Path]]:
   """(file, name relative to the input root) pairs: the file itself, or every file of the format (or of
-  `suffixes`) under a folder, following symlinked folders (outputs of an earlier run, *_preview.png, *_sigma.npy,
-  *_confidence.npy, and predict's temporary files, excepted). Dangling links and symlink loops are reported
+  `suffixes`) under a folder, following symlinked folders (outputs of an earlier run, *_preview.png, *_valid.png,
+  *_sigma.npy, *_confidence.npy, and predict's temporary files, excepted). Dangling links and symlink loops are reported
   through `warn` (default: a line on stderr). Two inputs that would write the same outputs (a.png and a.npy) are
   a ValueError. Messages name `flag`, the command-line flag `path` came from."""
   warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
@@ -216,7 +224,7 @@ def input_files(path: pathlib.Path, input_format: str = "auto", *, suffixes: set
     raise FileNotFoundError(f"{flag} {path}: no such file or directory")
   if suffixes is None:
     suffixes = {s for f, (sfx, _, _) in FORMATS.items() if input_format in ("auto", f) for s in sfx}
-  skip = ("_preview.png", "_sigma.npy", "_confidence.npy")
+  skip = ("_preview.png", "_valid.png", "_sigma.npy", "_confidence.npy")
   files = [p for p in _walk_files(path, warn)
            if p.suffix.lower() in suffixes and not p.name.endswith(skip) and TMP_MARK not in p.name]
   if not files:
@@ -284,12 +292,14 @@ def _save_npy(path: pathlib.Path, array: np.ndarray) -> pathlib.Path:
 def write_depth(stem: pathlib.Path, depth_m: np.ndarray, fmt: str, scale: float,
                 warn: Callable[[str], None] | None = None) -> pathlib.Path:
   """Writes the completed depth [m] as `fmt` at `scale` metres per stored unit (PNGs: value = round(depth /
-  scale), clipped to [0, 65535 * scale] with a warning through `warn` when a depth is beyond it; npy: float32
-  depth / scale, so scale 1 is metres and 0.001 millimetres), atomically (`atomic_write`); returns the file."""
+  scale), clipped to [0, 65535 * scale] with a warning through `warn` when a depth is beyond it, NaN (no value)
+  written as 0, the formats' "no measurement"; npy: float32 depth / scale, NaN kept, so scale 1 is metres and
+  0.001 millimetres), atomically (`atomic_write`); returns the file."""
   warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
-  depth = np.clip(np.nan_to_num(depth_m, nan=0.0), 0.0, None)
+  depth = np.clip(np.asarray(depth_m, np.float64), 0.0, None)  # NaN stays NaN
   if fmt == "npy":
     return _save_npy(stem.with_suffix(".npy"), (depth / np.float64(scale)).astype(np.float32))
+  depth = np.nan_to_num(depth, nan=0.0)
   path = stem.with_suffix(".png")
   top = 65535 * scale
   if (far := int((depth > top).sum())):
@@ -297,10 +307,18 @@ def write_depth(stem: pathlib.Path, depth_m: np.ndarray, fmt: str, scale: float,
   return atomic_write(path, lambda tmp: io.write_depth_png(tmp, np.clip(depth, 0.0, top), scale))
 
 
+def write_mask_png(path: pathlib.Path, mask_hw: np.ndarray) -> None:
+  """Writes an (H, W) bool mask as an 8-bit greyscale PNG: 255 = True, 0 = False."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  Image.fromarray(np.where(mask_hw, np.uint8(255), np.uint8(0))).save(path, format="PNG")
+
+
 def output_paths(stem: pathlib.Path, fmt: str, has_sigma: bool, preview: bool) -> list[pathlib.Path]:
-  """The files one input writes: the depth (`fmt`), the sigma or the output confidence, the preview."""
+  """The files one input writes: the depth (`fmt`), the sigma or the output confidence, the valid mask, the
+  preview."""
   paths = [stem.with_suffix(".npy" if fmt == "npy" else ".png"),
-           pathlib.Path(f"{stem}_sigma.npy" if has_sigma else f"{stem}_confidence.npy")]
+           pathlib.Path(f"{stem}_sigma.npy" if has_sigma else f"{stem}_confidence.npy"),
+           pathlib.Path(f"{stem}_valid.png")]
   return paths + ([pathlib.Path(f"{stem}_preview.png")] if preview else [])
 
 
@@ -323,21 +341,28 @@ def _predict_one(completer: completer_lib.Completer, sparse: np.ndarray, src: pa
     stem.parent.mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise WriteError(e.errno, f"cannot write {e.filename or stem.parent}: {e.strerror or e}") from None
+  valid = out.valid
+  confidence = out.output_confidence if completer.fill_unsupported else np.where(valid, out.output_confidence,
+                                                                                 np.float32(np.nan))
   if out.sigma is not None:
     _save_npy(pathlib.Path(f"{stem}_sigma.npy"), out.sigma)
   else:
-    _save_npy(pathlib.Path(f"{stem}_confidence.npy"), out.output_confidence)
+    _save_npy(pathlib.Path(f"{stem}_confidence.npy"), confidence)
+  atomic_write(pathlib.Path(f"{stem}_valid.png"), lambda tmp: write_mask_png(tmp, valid))
   if preview:
     atomic_write(pathlib.Path(f"{stem}_preview.png"), lambda tmp: viz.save_depth_preview(
-        out.depth, tmp, sparse_m=sparse, sigma_m=out.sigma,
-        confidence=None if out.sigma is not None else out.output_confidence,
-        title=f"model {completer.name}, file {src.name}"))
+        out.depth, tmp, sparse_m=sparse, sigma_m=out.sigma, confidence=None if out.sigma is not None else confidence,
+        invalid=~valid, title=f"model {completer.name}, file {src.name}"))
   written = write_depth(stem, out.depth, out_fmt, out_scale, warn)  # last: the other outputs exist before it
-  valid = sparse[sparse > 0]
+  measured = sparse[sparse > 0]
   notes = [f"{int(out.clamped.sum())} negative depth(s) clamped to 0"] if out.clamped.any() else []
   if not out.support.all():
     notes.append(f"{100 * (1 - out.support.mean()):.0f}% of pixels without input support")
-  return (f"{src} ({fmt}, {scale:g} m per unit, input {valid.min():.3g}-{valid.max():.3g} m) -> {written} "
+  if not valid.all():
+    how = ("kept (--fill_unsupported)" if completer.fill_unsupported
+           else f"written as {'NaN' if out_fmt == 'npy' else 0}")
+    notes.append(f"{100 * (1 - valid.mean()):.0f}% not valid, {how}")
+  return (f"{src} ({fmt}, {scale:g} m per unit, input {measured.min():.3g}-{measured.max():.3g} m) -> {written} "
           f"(depth in {_unit(out_scale)}{', sigma in m' if out.sigma is not None else ''})"
           + (f" [{'; '.join(notes)}]" if notes else ""))
 
@@ -366,7 +391,8 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
                   depth_scale: float | None = None, output_format: str = "same", fusion_rule: str | None = None,
                   precision_scales: list[float] | None = None, points: str | None = None, calib: str | None = None,
                   camera: str = "02", preview: bool = True, overwrite: bool = False,
-                  progress: bool | None = None, allow_fallback: bool = False) -> list[str]:
+                  progress: bool | None = None, allow_fallback: bool = False,
+                  fill_unsupported: bool = False) -> list[str]:
   """Predicts every input file; returns the messages of the files that failed (empty: all succeeded).
 
   `checkpoint`: one checkpoint, or several separated by commas (an ensemble, fused by `fusion_rule`, default
@@ -374,7 +400,8 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
   replace `input_path`: a point-cloud file (or a folder of them) projected into `camera` of the calibration
   (`pncnn_jax.data.points.sparse_depth_from_files`); their outputs are float32 metres (npy) unless
   `output_format` says otherwise. `allow_fallback`: a checkpoint step that cannot be restored falls back to its
-  run's newest intact step, with a warning (`Completer.from_checkpoint`).
+  run's newest intact step, with a warning (`Completer.from_checkpoint`). `fill_unsupported`: the depth and sigma
+  keep the network's values where they are not valid (module doc) instead of NaN (0 in PNGs).
 
   Streams: one frame at a time is read, completed and written, so memory does not grow with the number of
   files; a progress bar (tqdm, on stderr; `progress` None: only on a terminal) shows the rate and the time
@@ -442,7 +469,8 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
   _check_output_dir(output_dir)
   completer = completer_lib.Completer.from_checkpoint(
       names, variant=variant, allow_mismatch=allow_mismatch, allow_fallback=allow_fallback, multiple=multiple,
-      fusion=(fusion_rule or "weighted_mean") if len(names) > 1 else None, precision_scales=precision_scales)
+      fusion=(fusion_rule or "weighted_mean") if len(names) > 1 else None, precision_scales=precision_scales,
+      fill_unsupported=fill_unsupported)
   if output_format == "same" and default_format is not None:
     output_format = default_format
 
@@ -524,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
                            "weighted_mean)")
   parser.add_argument("--precision_scales", default=None,
                       help="an ensemble's per-member precision scales s_1,...,s_K (calibrated fusion)")
+  parser.add_argument("--fill_unsupported", action="store_true",
+                      help="write the network's depth (clamped at 0) and sigma also where they are not valid (no "
+                           "measurement within 8 px): every pixel a number, as before; default NaN there (0 in PNGs)")
   parser.add_argument("--no_preview", action="store_true", help="do not write <name>_preview.png (faster)")
   parser.add_argument("--overwrite", action="store_true",
                       help="redo inputs whose outputs all exist (default: a rerun skips them)")
@@ -545,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
                              output_format=args.output_format, fusion_rule=args.fusion, precision_scales=scales,
                              points=args.points, calib=args.calib, camera=args.camera, preview=not args.no_preview,
                              overwrite=args.overwrite, progress={"auto": None, "on": True, "off": False}[args.progress],
-                             allow_fallback=args.allow_fallback)
+                             allow_fallback=args.allow_fallback, fill_unsupported=args.fill_unsupported)
   except WriteError as e:
     print(f"error: {e.strerror}", file=sys.stderr)
     return 1

@@ -14,6 +14,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from pncnn_jax.data import io
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.inference import predict
 
@@ -57,15 +58,72 @@ def test_millimetre_arrays_are_written_back_in_millimetres(tmp_path, capsys):
 
 def test_outputs_are_never_negative_and_the_clamp_is_reported(tmp_path, capsys, monkeypatch):
   """Issue 39: negative depths reached .npy outputs with exit 0. The Completer clamps them at 0 and predict says
-  how many per file."""
+  how many per file; they are not valid (issue 50), so NaN unless --fill_unsupported."""
   forward = completer_lib.Completer.forward
   monkeypatch.setattr(completer_lib.Completer, "forward",
                       lambda self, x: {**(raw := forward(self, x)), "depth": raw["depth"] - 20.0})
   np.save(tmp_path / "a.npy", _frame())
-  rc, out, _ = _run(capsys, "--input", tmp_path / "a.npy", "--output", tmp_path / "o")
+  rc, out, _ = _run(capsys, "--input", tmp_path / "a.npy", "--output", tmp_path / "o", "--fill_unsupported")
   depth = np.load(tmp_path / "o" / "a.npy")
   assert rc == 0 and depth.min() == 0 and (depth > 0).any()
   assert f"{int((depth == 0).sum())} negative depth(s) clamped to 0" in out, out
+  rc, out, _ = _run(capsys, "--input", tmp_path / "a.npy", "--output", tmp_path / "nan")
+  marked = np.load(tmp_path / "nan" / "a.npy")
+  assert rc == 0 and np.nanmin(marked) > 0
+  np.testing.assert_array_equal(np.isnan(marked), depth == 0)
+  assert f"{int((depth == 0).sum())} negative depth(s) clamped to 0" in out and "written as NaN" in out, out
+
+
+def _band(seed=0, rows=4):
+  """A LiDAR-like frame: measurements only in the bottom `rows` rows; the rows more than 8 px above have none
+  within the support radius (the sky above a LiDAR)."""
+  sparse = np.zeros(SHAPE, np.float32)
+  sparse[-rows:] = _frame(seed, (rows, SHAPE[1]))
+  return sparse
+
+
+def test_pixels_without_support_are_no_value_in_every_file(tmp_path, capsys):
+  """Issue 50: every pixel without input support came out as a depth (0 m or the network's extrapolation) and no
+  file marked it. Now the .npy depth and the confidence are NaN there, a 16-bit PNG holds 0 (its 'no
+  measurement'), and <name>_valid.png is the Completer's `valid` (255 / 0); --fill_unsupported writes the dense
+  depth of before, still with the mask."""
+  from PIL import Image
+  d = tmp_path / "in"
+  d.mkdir()
+  band = _band()
+  np.save(d / "a.npy", band)
+  io.write_kitti_depth(d / "b.png", band)
+  rc, out, _ = _run(capsys, "--input", d, "--output", tmp_path / "o")
+  assert rc == 0, out
+  # Rows 0-3 have no measurement within 8 px (the band is rows 12-15): no value there in either depth file.
+  assert np.isnan(np.load(tmp_path / "o" / "a.npy")[:4]).all(), "a depth in the .npy where there is no support"
+  assert (io.read_kitti_depth(tmp_path / "o" / "b.png")[:4] == 0).all(), "a depth in the PNG without support"
+  completer = completer_lib.Completer.from_pretrained(MODEL)
+  for name, sparse in (("a", band), ("b", io.read_kitti_depth(d / "b.png"))):
+    ref = completer(sparse)
+    assert (~ref.valid).sum() >= 2 * SHAPE[1] and ref.valid.any()  # at least the top rows
+    mask = np.asarray(Image.open(tmp_path / "o" / f"{name}_valid.png"))
+    assert mask.dtype == np.uint8
+    np.testing.assert_array_equal(mask, np.where(ref.valid, 255, 0))
+    conf = np.load(tmp_path / "o" / f"{name}_confidence.npy")
+    np.testing.assert_array_equal(np.isnan(conf), ~ref.valid)
+    if name == "a":
+      depth = np.load(tmp_path / "o" / "a.npy")
+      np.testing.assert_array_equal(np.isnan(depth), ~ref.valid)
+      np.testing.assert_allclose(depth[ref.valid], ref.depth[ref.valid], rtol=1e-6)
+    else:
+      depth = io.read_kitti_depth(tmp_path / "o" / "b.png")
+      assert (depth[~ref.valid] == 0).all() and (depth[ref.valid] > 0).all()
+  assert "% not valid, written as NaN" in out and "% not valid, written as 0" in out, out
+  rc, out, _ = _run(capsys, "--input", d, "--output", tmp_path / "dense", "--fill_unsupported")
+  dense = completer_lib.Completer.from_pretrained(MODEL, fill_unsupported=True)(band)
+  depth = np.load(tmp_path / "dense" / "a.npy")
+  assert rc == 0 and np.isfinite(depth).all() and (depth >= 0).all()
+  np.testing.assert_allclose(depth, dense.depth, rtol=1e-6)
+  np.testing.assert_array_equal(np.isnan(np.load(tmp_path / "dense" / "a_confidence.npy")), False)
+  np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "dense" / "a_valid.png")),
+                                np.where(dense.valid, 255, 0))
+  assert "% not valid, kept (--fill_unsupported)" in out, out
 
 
 def test_inputs_beyond_the_trained_range_warn_per_file(tmp_path, capsys):
@@ -151,14 +209,15 @@ def test_a_full_disk_or_read_only_output_is_one_line_and_leaves_no_truncated_fil
   before = _snapshot(d)
   out = tmp_path / "o"
   with monkeypatch.context() as m:
-    _fail_on_call(5, code, m)  # 2 outputs per frame: frames 0 and 1 finish, frame 2's confidence fails
+    _fail_on_call(7, code, m)  # 3 outputs per frame: frames 0 and 1 finish, frame 2's confidence fails
     rc, _, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 1
   assert err.strip().splitlines()[-1] == (f"error: cannot write {out / 'f2_confidence.npy'}: {os.strerror(code)}; "
                                           "2 frame(s) finished before it, whose outputs are complete (rerun to "
                                           "continue)"), err
-  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f1.npy", "f1_confidence.npy"]
-  for p in out.iterdir():
+  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f0_valid.png", "f1.npy",
+                                                   "f1_confidence.npy", "f1_valid.png"]
+  for p in out.glob("*.npy"):
     assert np.load(p).shape == SHAPE  # complete files only
   rc, log, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 0 and "4 input(s): 2 completed, 2 skipped" in log, log
@@ -172,11 +231,11 @@ def test_ctrl_c_is_one_line_and_leaves_complete_files(tmp_path, capsys, monkeypa
     np.save(d / f"f{i}.npy", _frame(i))
   out = tmp_path / "o"
   with monkeypatch.context() as m:
-    _fail_on_call(3, None, m, exc=KeyboardInterrupt())
+    _fail_on_call(4, None, m, exc=KeyboardInterrupt())
     rc, _, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 130 and err.strip() == ("interrupted: the outputs written so far are complete; rerun the command to "
                                        "finish the rest"), err
-  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy"]  # no temporary file left
+  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f0_valid.png"]  # no temporary
   rc, log, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 0 and "3 input(s): 2 completed, 1 skipped" in log, log
 
