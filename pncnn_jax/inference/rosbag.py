@@ -3,21 +3,27 @@ r"""Complete the depth of a ROS 2 bag: depth images, or LiDAR point clouds with 
   python -m pncnn_jax.inference.rosbag --input IN --output OUT --depth_topic /camera/depth/image_raw
   python -m pncnn_jax.inference.rosbag --input IN --output OUT --points_topic /velodyne_points \
       --camera_info_topic /camera/camera_info [--calib lidar_to_camera.yaml]
-      [--checkpoint synthetic:<name> | PATH] [--namespace /pncnn] [--no_progress]
+      [--checkpoint synthetic:<name> | PATH] [--namespace /pncnn] [--fill_unsupported] [--no_progress]
 
 Needs the `ros` extra (`pip install 'pncnn_jax[ros]'`: the pure-Python `rosbags` package; no ROS installation).
 IN is a rosbag2 directory (or its .db3 / .mcap file); it is only read. OUT must not exist: a new rosbag2
 directory (sqlite3 storage, rosbag2 format version 9) holding, per input frame,
 
-  <namespace>/depth        sensor_msgs/Image 32FC1, metres: the completed depth z along the optical axis
+  <namespace>/depth        sensor_msgs/Image 32FC1, metres: the completed depth z along the optical axis; NaN (REP
+                           118's "no value" for float depth) where it is not valid
   <namespace>/sigma        sensor_msgs/Image 32FC1, metres: its predicted standard deviation (a model with a sigma,
                            `Completer.has_sigma`); for a model without one, <namespace>/confidence instead: the
-                           output confidence (unitless, not calibrated; it ranks pixels)
+                           output confidence (unitless, not calibrated; it ranks pixels); NaN where depth is
+  <namespace>/valid        sensor_msgs/Image mono8: 255 where the depth is valid, 0 where it is not
   <namespace>/camera_info  sensor_msgs/CameraInfo: the frame's camera (when the input bag has one)
 
 each with the input frame's header (its stamp; its frame_id for depth images, the camera's frame_id for point
-clouds, whose depth map lies in the camera) and written at the input message's bag time. A frame without any
-measurement is written as NaN depth and sigma (REP 118's "no value" for float depth) and counted in the summary.
+clouds, whose depth map lies in the camera) and written at the input message's bag time. Valid pixels are
+`Completion.valid` (pncnn_jax.inference.completer): a measurement within 8 pixels (input support) and a network
+depth that is not negative. Elsewhere (e.g. the rows above a LiDAR) the network extrapolates, and a 0 or a value
+there would be a point to depth_image_proc; --fill_unsupported writes the network's values there anyway (depth
+clamped at 0: every pixel a number), with <namespace>/valid still marking them. A frame without any measurement
+is written as NaN depth and sigma, valid all 0, and counted in the summary.
 If the conversion fails or is interrupted, OUT is removed: nothing half-written is left under its name.
 
 Inputs (REP 118):
@@ -261,13 +267,14 @@ class _Frames:
     ts = self.typestore
     Image = ts.types[IMAGE]
     second = "sigma" if completer.has_sigma else "confidence"
-    topics = {"depth": f"{namespace}/depth", second: f"{namespace}/{second}",
+    fill = completer.fill_unsupported
+    topics = {"depth": f"{namespace}/depth", second: f"{namespace}/{second}", "valid": f"{namespace}/valid",
               "camera_info": f"{namespace}/camera_info"}
     source = f"{self.topic} ({'PointCloud2' if self.points else 'Image'})" + (
         f" with camera info {self.info_topic}" if self.info_topic else " (no camera info)")
     log(f"reading {self.bag}: {self.count} frames on {source}")
     t0 = time.perf_counter()
-    empty, far, n = [], 0, 0
+    empty, far, n, invalid, pixels = [], 0, 0, 0, 0
     try:
       with self._reader() as reader, self.Writer(out, version=BAG_VERSION) as writer:
         conns = {k: writer.add_connection(t, CAMERA_INFO if k == "camera_info" else IMAGE, typestore=ts)
@@ -281,15 +288,22 @@ class _Frames:
               warnings.simplefilter("always")
               result = completer(sparse, name=f"{self.topic} message {n}")
             far += any(w.category.__name__ == "InputRangeWarning" for w in caught)
-            depth = result.depth
-            second_field = result.sigma if completer.has_sigma else result.output_confidence
+            depth, valid = result.depth, result.valid
+            second_field = (result.sigma if completer.has_sigma else result.output_confidence if fill
+                            else np.where(valid, result.output_confidence, np.float32(np.nan)))
           else:  # nothing to complete: REP 118's "no value"
             empty.append(n)
             depth = second_field = np.full(sparse.shape, np.nan, np.float32)
-          for key, field in (("depth", depth), (second, second_field)):
-            img = Image(header=header, height=field.shape[0], width=field.shape[1], encoding="32FC1",
-                        is_bigendian=0, step=4 * field.shape[1],
-                        data=np.frombuffer(np.ascontiguousarray(field, "<f4").tobytes(), np.uint8))
+            valid = np.zeros(sparse.shape, bool)
+          invalid += int((~valid).sum())
+          pixels += valid.size
+          for key, field in (("depth", depth), (second, second_field), ("valid", valid)):
+            if key == "valid":
+              data, encoding, step = np.where(field, np.uint8(255), np.uint8(0)), "mono8", field.shape[1]
+            else:
+              data, encoding, step = np.ascontiguousarray(field, "<f4"), "32FC1", 4 * field.shape[1]
+            img = Image(header=header, height=field.shape[0], width=field.shape[1], encoding=encoding,
+                        is_bigendian=0, step=step, data=np.frombuffer(data.tobytes(), np.uint8))
             writer.write(conns[key], bag_time, ts.serialize_cdr(img, IMAGE))
           if info is not None:
             writer.write(conns["camera_info"], bag_time,
@@ -303,14 +317,20 @@ class _Frames:
     seconds = time.perf_counter() - t0
     unit = "metres" if completer.has_sigma else "unitless, not calibrated"
     info = f", {topics['camera_info']}" if self.info_topic else ""
-    log(f"wrote {out}: {n} frames on {topics['depth']} (32FC1, metres), {topics[second]} (32FC1, {unit}){info} "
-        f"in {seconds:.1f} s ({seconds / max(n, 1):.2f} s/frame, the first frame's compilation included)")
+    log(f"wrote {out}: {n} frames on {topics['depth']} (32FC1, metres), {topics[second]} (32FC1, {unit}), "
+        f"{topics['valid']} (mono8){info} in {seconds:.1f} s ({seconds / max(n, 1):.2f} s/frame, the first frame's "
+        "compilation included)")
+    if invalid:
+      log(f"note: {100 * invalid / max(pixels, 1):.0f}% of the pixels are not valid (no input support, or a negative "
+          f"network depth): {'filled (--fill_unsupported)' if fill else 'NaN'} in {topics['depth']}, 0 in "
+          f"{topics['valid']}")
     if empty:
       log(f"note: {len(empty)} frame(s) without any measurement written as NaN (messages {empty[:5]})")
     if far:
       log(f"note: {far} frame(s) hold measurements beyond the {completer.input_range_m[1]:g} m the model was "
           f"trained on; their depth and sigma near those points are extrapolations")
-    return {"frames": n, "empty": empty, "out_of_range": far, "topics": topics, "seconds": seconds}
+    return {"frames": n, "empty": empty, "out_of_range": far, "topics": topics, "seconds": seconds,
+            "invalid_fraction": invalid / max(pixels, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--calib", default=None,
                       help="YAML/JSON with T_cam_from_lidar: the clouds' frame -> the camera's optical frame")
   parser.add_argument("--namespace", default="/pncnn", help="prefix of the output topics (default /pncnn)")
+  parser.add_argument("--fill_unsupported", action="store_true",
+                      help="write the network's depth (clamped at 0) and sigma also where they are not valid (no "
+                           "measurement within 8 px): every pixel a number; default NaN there")
   parser.add_argument("--no_progress", action="store_true", help="no progress bar")
   a = parser.parse_args(argv)
   out = pathlib.Path(a.output)
@@ -338,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     out = check_output(a.output)
     if not a.namespace.startswith("/") or a.namespace.rstrip("/") == "":
       raise ValueError(f"--namespace {a.namespace!r}: expected an absolute topic prefix such as /pncnn")
-    completer = completer_lib.Completer.from_checkpoint(a.checkpoint)
+    completer = completer_lib.Completer.from_checkpoint(a.checkpoint, fill_unsupported=a.fill_unsupported)
     frames.complete(out, completer, namespace=a.namespace.rstrip("/"), progress=not a.no_progress, log=print)
   except (ValueError, FileNotFoundError, FileExistsError, ImportError, OSError) as e:
     print(f"error: {first_line(e)}", file=sys.stderr)

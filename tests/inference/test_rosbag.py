@@ -1,6 +1,7 @@
 """`python -m pncnn_jax.inference.rosbag`: small bags of both kinds (depth images; point clouds with a camera) are
 written with rosbags, completed through `main(argv)` and read back: stamps, headers, encodings, shapes, and values
-equal to the Completer's on the same sparse input; the input bag is unchanged; bad input is one line."""
+equal to the Completer's on the same sparse input (NaN where not valid, with a mono8 valid mask); the input bag is
+unchanged; bad input is one line."""
 
 import hashlib
 
@@ -97,10 +98,15 @@ def _pixels(msg):
   return np.asarray(msg.data, np.uint8).view("<f4").reshape(msg.height, msg.width)
 
 
+def _mask(msg):
+  assert msg.encoding == "mono8" and msg.step == msg.width
+  return np.asarray(msg.data, np.uint8).reshape(msg.height, msg.width)
+
+
 def _check_outputs(bag, ros, completer, expected, info_frame):
   """expected: [(bag time, input header, sparse (H, W) metres or None for an empty frame)]."""
   got = _read(bag, ros)
-  assert sorted(got) == ["/pncnn/camera_info", "/pncnn/depth", "/pncnn/sigma"]
+  assert sorted(got) == ["/pncnn/camera_info", "/pncnn/depth", "/pncnn/sigma", "/pncnn/valid"]
   for i, (t, header, sparse) in enumerate(expected):
     ref = None if sparse is None else completer(sparse)
     for topic, field in (("/pncnn/depth", "depth"), ("/pncnn/sigma", "sigma")):
@@ -109,7 +115,10 @@ def _check_outputs(bag, ros, completer, expected, info_frame):
       if ref is None:
         assert np.isnan(_pixels(msg)).all()
       else:
-        np.testing.assert_array_equal(_pixels(msg), getattr(ref, field))
+        np.testing.assert_array_equal(_pixels(msg), getattr(ref, field))  # NaN where ref's is
+    bag_time, msg = got["/pncnn/valid"][i]
+    assert bag_time == t and msg.header == header
+    np.testing.assert_array_equal(_mask(msg), 0 if ref is None else np.where(ref.valid, 255, 0))
     bag_time, info = got["/pncnn/camera_info"][i]
     assert bag_time == t and info.header == header and info.header.frame_id == info_frame
     np.testing.assert_array_equal(info.k, K.ravel())
@@ -186,6 +195,42 @@ def test_pointcloud_bag_with_camera_info_and_calibration(tmp_path, ros, complete
     header = _header(ts, 7, 100 + i, "camera_optical")  # the cloud's stamp, the camera's frame
     expected.append((times[i], header, sparse))
   _check_outputs(out, ros, completer, expected, "camera_optical")
+
+
+def test_pixels_without_support_are_nan_in_32fc1(tmp_path, ros, capsys):
+  """Issue 50: in a 32FC1 image 0.0 (or the network's extrapolation) is a valid depth to depth_image_proc, so every
+  pixel without input support became a point. REP 118 says invalid is NaN: the depth and sigma are NaN where the
+  Completer's `valid` is False (here the rows more than 8 px above a band of measurements), and /pncnn/valid
+  (mono8) marks them; --fill_unsupported writes the network's values there (clamped at 0), still marked."""
+  ts = ros[2]
+  rng = np.random.default_rng(2)
+  band = np.zeros((H, W), np.float32)
+  band[-2:] = np.where(rng.random((2, W)) < 0.5, rng.uniform(2.0, 40.0, (2, W)), 0.0)
+  band[-1, 0] = 5.0
+  header = _header(ts, 3, 0, "camera_optical")
+  inp = tmp_path / "in"
+  _write(inp, ros, [("/camera/depth/image", rosbag.IMAGE, 10, _image(ts, header, band, "32FC1"))])
+  for fill in (False, True):
+    out = tmp_path / f"out_{fill}"
+    assert rosbag.main(["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--no_progress",
+                        "--depth_topic", "/camera/depth/image"] + (["--fill_unsupported"] if fill else [])) == 0
+    stdout = capsys.readouterr().out
+    got = _read(out, ros)
+    depth, sigma = (_pixels(got[t][0][1]) for t in ("/pncnn/depth", "/pncnn/sigma"))
+    if not fill:  # rows 0-1: no measurement within 8 rows
+      assert np.isnan(depth[:2]).all() and np.isnan(sigma[:2]).all(), "a 32FC1 depth where there is no support"
+    ref = completer_lib.Completer.from_pretrained(MODEL, fill_unsupported=fill)(band)
+    invalid = ~ref.valid
+    assert invalid[:2].all() and ref.valid[-2:].all()
+    np.testing.assert_array_equal(_mask(got["/pncnn/valid"][0][1]), np.where(ref.valid, 255, 0))
+    if fill:
+      assert np.isfinite(depth).all() and (depth >= 0).all() and np.isfinite(sigma).all()
+    else:
+      np.testing.assert_array_equal(np.isnan(depth), invalid)
+      np.testing.assert_array_equal(np.isnan(sigma), invalid)
+    np.testing.assert_array_equal(depth, ref.depth)
+    how = "filled (--fill_unsupported)" if fill else "NaN"
+    assert f"% of the pixels are not valid (no input support, or a negative network depth): {how}" in stdout, stdout
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, ros, capsys):
