@@ -1,7 +1,7 @@
 r"""Export a trained model for deployment: a serialized StableHLO module and an ONNX file, at a fixed H x W.
 
   python -m pncnn_jax.export --checkpoint PATH --output DIR --height H --width W [--variant NAME]
-      [--formats auto|stablehlo,onnx] [--platforms cpu,cuda] [--onnx_batch 1]
+      [--formats auto|stablehlo,onnx] [--platforms cpu,cuda] [--onnx_batch 1] [--fill_unsupported]
 
 PATH is anything the one checkpoint loader (`pncnn_jax.checkpoints.loader.load`) takes: a pncnn_jax checkpoint (training
 workdir -> its best step, a step directory, a converted model directory), an official `.pth.tar` / `.npz` (then
@@ -31,13 +31,19 @@ interrupted or failed export (a full disk, a read-only folder: one line naming t
 under a final name; artifacts of a previous export that this one does not write (its ONNX file when this one
 writes StableHLO only) are removed, so the sidecar always describes what DIR holds.
 
-Input `sparse_depth`: (B, H, W, 1) float32, metres, 0 = no measurement. Outputs, in this order, both (B, H, W, 1)
-float32 (NHWC):
-  depth        the completed depth, metres.
+Input `sparse_depth`: (B, H, W, 1) float32, metres, 0 = no measurement. Outputs, in this order, all (B, H, W, 1)
+float32 (NHWC), equal to what `python -m pncnn_jax.predict` and `pncnn_jax.Completer` give for the same frame:
+  depth        the completed depth, metres, >= 0 (negative network depths clamped at 0) where `valid`, NaN elsewhere.
   confidence   the model's output confidence (`models.ModelOutput.confidence`); its meaning depends on the loss the
                variant was trained with (`CONFIDENCE_KINDS`, see `pncnn_jax.evaluate`): for pNCNN (gaussian_nll)
-               the precision 1/sigma^2 in 1/m^2, so sigma = 1/sqrt(confidence) metres.
-The weights are constants inside both artifacts. Eval mode (BatchNorm running statistics).
+               the precision 1/sigma^2 in 1/m^2, so sigma = 1/sqrt(confidence) metres. NaN where depth is.
+  valid        1 where the depth is valid, 0 where it is not (`Completion.valid`): a measurement within 8 pixels
+               (`completer.support_mask`, input support) and a network depth that is not negative.
+--fill_unsupported exports the network's depth (clamped at 0) and confidence at every pixel instead of NaN (as
+predict's flag of that name); `valid` still marks the pixels without support. Inside the graph the frame is
+zero-padded at the bottom and right to a multiple of 8 and cropped back, as the Completer does, so an export at any
+H x W (375 x 1242, say) computes what predict computes at that size. The weights are constants inside both
+artifacts. Eval mode (BatchNorm running statistics).
 """
 
 from __future__ import annotations
@@ -56,10 +62,11 @@ import jax
 import jax.numpy as jnp
 
 from pncnn_jax.checkpoints import loader
+from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.nn import cpu_kernels, models
 
 INPUT_NAME = "sparse_depth"
-OUTPUT_NAMES = ("depth", "confidence")
+OUTPUT_NAMES = ("depth", "confidence", "valid")
 STABLEHLO_FILE, ONNX_FILE, SIDECAR_FILE = "pncnn.stablehlo", "pncnn.onnx", "export.json"
 FORMATS = ("stablehlo", "onnx")
 WRITTEN_BY = "pncnn_jax.export"  # the sidecar's `written_by`: how a later export recognises its own directory
@@ -94,11 +101,26 @@ def load(checkpoint: str | pathlib.Path, variant: str | None = None, allow_misma
     raise type(e)(f"--checkpoint {checkpoint}: {e}") from e
 
 
-def serving_fn(model: models.PNCNN, variables: dict[str, Any]) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
-  """sparse (B, H, W, 1) metres -> (depth [m], confidence), eval mode, the variables closed over as constants."""
+def serving_fn(model: models.PNCNN, variables: dict[str, Any], *, fill_unsupported: bool = False
+               ) -> Callable[[jax.Array], tuple[jax.Array, jax.Array, jax.Array]]:
+  """sparse (B, H, W, 1) metres -> (depth [m], confidence, valid (1/0)), eval mode, the variables closed over as
+  constants: the Completer's computation (pncnn_jax.inference.completer, steps 3-5) for one model. The input is
+  zero-padded at the bottom and right to a multiple of 8 (`completer.pad_batch`) and the outputs cropped back; the
+  depth is clamped at 0; depth and confidence are NaN outside valid = support & ~clamped (`support_mask`) unless
+  `fill_unsupported`."""
   def serve(sparse_depth):
-    out = model.apply(variables, sparse_depth, train=False)
-    return out.depth, out.confidence
+    _, h, w, _ = sparse_depth.shape
+    hp, wp = (max(n + (-n % completer_lib.MULTIPLE), completer_lib.MULTIPLE) for n in (h, w))
+    padded = jnp.pad(sparse_depth, ((0, 0), (0, hp - h), (0, wp - w), (0, 0)))
+    out = model.apply(variables, padded, train=False)
+    depth, confidence = out.depth[:, :h, :w], out.confidence[:, :h, :w]
+    clamped = depth < 0
+    valid = completer_lib.support_mask(sparse_depth) & ~clamped
+    depth = jnp.where(clamped, jnp.zeros_like(depth), depth)
+    if not fill_unsupported:
+      nan = jnp.full_like(depth, jnp.nan)
+      depth, confidence = jnp.where(valid, depth, nan), jnp.where(valid, confidence, nan)
+    return depth, confidence, valid.astype(jnp.float32)
   return serve
 
 
@@ -198,7 +220,8 @@ def _quiet_onnx_ir():
 
 
 def sidecar(variant: str, loss: str, height: int, width: int, *, formats: tuple[str, ...],
-            platforms: tuple[str, ...], onnx_batch: int, checkpoint: str) -> dict[str, Any]:
+            platforms: tuple[str, ...], onnx_batch: int, checkpoint: str,
+            fill_unsupported: bool = False) -> dict[str, Any]:
   """The JSON description of the artifacts (what a deployment needs to feed them and read their outputs)."""
   kind, unit, sigma = CONFIDENCE_KINDS[loss]
   files = {}
@@ -219,9 +242,17 @@ def sidecar(variant: str, loss: str, height: int, width: int, *, formats: tuple[
       "input": {"name": INPUT_NAME, "shape": ["B", height, width, 1], "unit": "m",
                 "meaning": "sparse depth, 0 = no measurement"},
       "outputs": [
-          {"name": "depth", "shape": ["B", height, width, 1], "unit": "m", "meaning": "completed depth"},
-          {"name": "confidence", "shape": ["B", height, width, 1], "unit": unit, "meaning": kind, "sigma": sigma},
+          {"name": "depth", "shape": ["B", height, width, 1], "unit": "m",
+           "meaning": "completed depth, >= 0" + (" (every pixel; see valid)" if fill_unsupported
+                                                 else "; NaN where valid is 0")},
+          {"name": "confidence", "shape": ["B", height, width, 1], "unit": unit, "meaning": kind, "sigma": sigma,
+           **({} if fill_unsupported else {"invalid": "NaN where valid is 0"})},
+          {"name": "valid", "shape": ["B", height, width, 1], "unit": "1",
+           "meaning": f"1 where the depth is valid (a measurement within {completer_lib.SUPPORT_RADIUS_PX} pixels and "
+                      "a network depth >= 0), else 0"},
       ],
+      "fill_unsupported": fill_unsupported,
+      "pad_multiple": completer_lib.MULTIPLE,
       "files": files,
       "jax_version": jax.__version__,
   }
@@ -277,13 +308,14 @@ def check_output_dir(output_dir: str | os.PathLike) -> list[pathlib.Path]:
 def export_checkpoint(checkpoint: str, output_dir: str, height: int, width: int, *, variant: str | None = None,
                       formats: tuple[str, ...] | None = None, platforms: tuple[str, ...] = ("cpu", "cuda"),
                       onnx_batch: int = 1, log: Callable[[str], None] = print,
-                      allow_mismatch: bool = False) -> dict[str, Any]:
+                      allow_mismatch: bool = False, fill_unsupported: bool = False) -> dict[str, Any]:
   """What `python -m pncnn_jax.export` does; returns the sidecar dict (also written to DIR/export.json).
 
   `formats` None: every format the installed packages allow (`available_formats`), logging what is skipped. The
   output directory rules and the atomic writes are the module doc's (`check_output_dir`). Raises ValueError,
   FileNotFoundError, FileExistsError (an --output that is not ours), ImportError (a format asked for whose
   packages are missing) or OSError (a write that failed: a full disk, a read-only folder; named in the message).
+  `fill_unsupported`: depth and confidence at every pixel instead of NaN where they are not valid (module doc).
   """
   check_size("--height", height)
   check_size("--width", width)
@@ -300,7 +332,7 @@ def export_checkpoint(checkpoint: str, output_dir: str, height: int, width: int,
   model, variables, variant, loss = ckpt.build_model(), ckpt.variables, ckpt.variant, ckpt.loss
   if ckpt.ensemble_size is not None:
     raise ValueError(f"--checkpoint {checkpoint} is an ensemble of {ckpt.ensemble_size} models: export one member")
-  fn = serving_fn(model, variables)
+  fn = serving_fn(model, variables, fill_unsupported=fill_unsupported)
   out = pathlib.Path(output_dir)
   created = [d for d in (out, *out.parents) if not d.exists()]  # removed again, if still empty, when this fails
   tmp: dict[str, pathlib.Path] = {}  # final name -> temporary file, complete
@@ -320,13 +352,13 @@ def export_checkpoint(checkpoint: str, output_dir: str, height: int, width: int,
       t0 = time.perf_counter()
       tmp[ONNX_FILE] = temp(ONNX_FILE)
       try:
-        export_onnx(serving_fn(model, variables), tmp[ONNX_FILE], height, width, onnx_batch,
-                    model_name=f"pncnn_{variant}")
+        export_onnx(serving_fn(model, variables, fill_unsupported=fill_unsupported), tmp[ONNX_FILE], height, width,
+                    onnx_batch, model_name=f"pncnn_{variant}")
       except OSError as e:
         raise OSError(f"--output {out}: cannot write {ONNX_FILE} ({e.strerror or e})") from None
       log(f"exported ONNX ({_size(tmp[ONNX_FILE].stat().st_size)}, {time.perf_counter() - t0:.1f} s)")
     meta = sidecar(variant, loss, height, width, formats=formats, platforms=platforms, onnx_batch=onnx_batch,
-                   checkpoint=str(checkpoint))
+                   checkpoint=str(checkpoint), fill_unsupported=fill_unsupported)
     tmp[SIDECAR_FILE] = _write(temp(SIDECAR_FILE), (json.dumps(meta, indent=2) + "\n").encode(), SIDECAR_FILE)
     for name, path in tmp.items():  # the sidecar last: it never describes a file that is not complete
       if name == SIDECAR_FILE:
@@ -397,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--onnx_batch", type=int, default=1, help="the fixed batch size of the ONNX model")
   parser.add_argument("--allow_mismatch", action="store_true",
                       help="use --variant even where the checkpoint says it was trained as another variant")
+  parser.add_argument("--fill_unsupported", action="store_true",
+                      help="export depth (clamped at 0) and confidence at every pixel, also where they are not valid "
+                           "(no measurement within 8 px); default NaN there. The valid output marks them either way")
   args = parser.parse_args(argv)
   try:
     if args.variant is not None and args.variant not in models.VARIANTS:
@@ -407,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     check_size("--width", args.width)
     export_checkpoint(args.checkpoint, args.output, args.height, args.width, variant=args.variant,
                       formats=formats, platforms=platforms, onnx_batch=args.onnx_batch,
-                      allow_mismatch=args.allow_mismatch)
+                      allow_mismatch=args.allow_mismatch, fill_unsupported=args.fill_unsupported)
   except (ValueError, FileNotFoundError, FileExistsError, ImportError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

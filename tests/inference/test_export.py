@@ -4,6 +4,8 @@ A randomly initialised pNCNN (both UNets and the NConvUNet, so every layer kind 
 model checkpoint and exported at 64x96 through the command-line entry point, as a user would. Checked:
   * the StableHLO artifact, deserialized and called, equals jit bit for bit (same XLA, same program: there is
     no reason for a single ulp of difference), at two batch sizes from one artifact (the batch is symbolic);
+  * at a size that is not a multiple of 8 it equals predict's Completer (padding, the clamp at 0, NaN and the
+    `valid` output where there is no input support; the dense output with --fill_unsupported);
   * the ONNX file under onnxruntime (when the `onnx` extra is installed: `make onnx`; CI sets
     PNCNN_REQUIRE_ONNX=1, which turns its absence into a failure) matches jit within a tolerance derived below;
   * the default --formats writes what the installed packages allow and says what it skipped;
@@ -30,6 +32,7 @@ import pytest
 
 from pncnn_jax import pretrained
 from pncnn_jax.checkpoints import loader, manager
+from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.inference import export
 from pncnn_jax.nn import models
 
@@ -87,15 +90,16 @@ def exported(tmp_path_factory):
 
 
 def _jit_reference(variables, x, *, weights_as_constants):
-  """jit's outputs: of the exported function itself (the weights as constants, as in the artifact), or of
-  `model.apply` with the weights as arguments (what training and evaluation run)."""
+  """jit's (depth, confidence, valid): of the exported function itself (the weights as constants, as in the
+  artifact), or of `model.apply` with the weights as arguments (what training and evaluation run), clamped at 0
+  and NaN outside support & ~clamped (H and W are multiples of 8 here: no padding)."""
   model = models.build_model(VARIANT)
   if weights_as_constants:
-    depth, conf = jax.jit(export.serving_fn(model, variables))(jnp.asarray(x))
-  else:
-    out = jax.jit(lambda v, s: model.apply(v, s, train=False))(variables, jnp.asarray(x))
-    depth, conf = out.depth, out.confidence
-  return np.asarray(depth), np.asarray(conf)
+    return tuple(np.asarray(a) for a in jax.jit(export.serving_fn(model, variables))(jnp.asarray(x)))
+  out = jax.jit(lambda v, s: model.apply(v, s, train=False))(variables, jnp.asarray(x))
+  depth, conf = np.asarray(out.depth), np.asarray(out.confidence)
+  valid = np.asarray(completer_lib.support_mask(jnp.asarray(x))) & (depth >= 0)
+  return np.where(valid, depth, np.nan), np.where(valid, conf, np.nan), valid.astype(np.float32)
 
 
 def test_stablehlo_artifact_equals_jit_at_two_batch_sizes(exported):
@@ -106,19 +110,23 @@ def test_stablehlo_artifact_equals_jit_at_two_batch_sizes(exported):
   assert set(exp.platforms) == {"cpu", "cuda"}
   for batch, seed in ((1, 0), (3, 1)):
     x = _sparse(batch, seed)
-    depth, conf = (np.asarray(a) for a in exp.call(x))
-    assert depth.shape == conf.shape == (batch, H, W, 1)
+    depth, conf, valid = (np.asarray(a) for a in exp.call(x))
+    assert depth.shape == conf.shape == valid.shape == (batch, H, W, 1)
     # Bit for bit against jit of the same function: the deserialized module is the program jit compiles.
-    ref_depth, ref_conf = _jit_reference(variables, x, weights_as_constants=True)
-    assert np.all(np.isfinite(ref_depth)) and np.all(ref_conf > 0)
+    ref_depth, ref_conf, ref_valid = _jit_reference(variables, x, weights_as_constants=True)
+    ok = ref_valid == 1
+    assert ok.mean() > 0.99 and (ref_depth[ok] >= 0).all() and (ref_conf[ok] > 0).all()
+    np.testing.assert_array_equal(np.isnan(ref_depth), ~ok)
     np.testing.assert_array_equal(depth, ref_depth, err_msg=f"depth, batch {batch}")
     np.testing.assert_array_equal(conf, ref_conf, err_msg=f"confidence, batch {batch}")
+    np.testing.assert_array_equal(valid, ref_valid, err_msg=f"valid, batch {batch}")
     # Against jit(model.apply) with the weights as arguments: XLA folds constant weights (softplus of the NConv
     # kernels, the BatchNorm scale) at compile time and fuses differently, so float32 rounding differs by a few
     # ulp per layer (measured 2.9e-6 m on depths of ~0.1-80 m): 2e-5 m / 2e-5 relative.
-    arg_depth, arg_conf = _jit_reference(variables, x, weights_as_constants=False)
+    arg_depth, arg_conf, arg_valid = _jit_reference(variables, x, weights_as_constants=False)
     np.testing.assert_allclose(depth, arg_depth, rtol=0, atol=2e-5, err_msg=f"depth, batch {batch}")
     np.testing.assert_allclose(conf, arg_conf, rtol=2e-5, atol=0, err_msg=f"confidence, batch {batch}")
+    np.testing.assert_array_equal(valid, arg_valid, err_msg=f"valid, batch {batch}")
   # The batch elements are independent: batch 3 holds three batch-1 results.
   x = _sparse(3, 1)
   d3 = np.asarray(exp.call(x)[0])
@@ -131,7 +139,8 @@ def test_sidecar_describes_inputs_and_outputs(exported):
   assert (meta["variant"], meta["loss"], meta["height"], meta["width"]) == (VARIANT, "gaussian_nll", H, W)
   assert meta["input"] == {"name": "sparse_depth", "shape": ["B", H, W, 1], "unit": "m",
                            "meaning": "sparse depth, 0 = no measurement"}
-  assert [(o["name"], o["unit"]) for o in meta["outputs"]] == [("depth", "m"), ("confidence", "1/m^2")]
+  assert [(o["name"], o["unit"]) for o in meta["outputs"]] == [("depth", "m"), ("confidence", "1/m^2"), ("valid", "1")]
+  assert meta["fill_unsupported"] is False and "NaN where valid is 0" in meta["outputs"][0]["meaning"]
   assert sorted(meta["files"]) == sorted(formats.split(","))
   # Exactly the files the sidecar describes: no temporary file left, no ONNX weights sidecar (one self-contained file).
   described = [export.SIDECAR_FILE] + [f["file"] for f in meta["files"].values()]
@@ -144,12 +153,13 @@ def test_onnx_matches_jit(exported):
   variables, out, _ = exported
   session = ort.InferenceSession(str(out / export.ONNX_FILE), providers=["CPUExecutionProvider"])
   assert [i.name for i in session.get_inputs()] == ["sparse_depth"]
-  assert [o.name for o in session.get_outputs()] == ["depth", "confidence"]
+  assert [o.name for o in session.get_outputs()] == ["depth", "confidence", "valid"]
   x = _sparse(2, 2)
-  depth, conf = session.run(["depth", "confidence"], {"sparse_depth": x})
-  ref_depth, ref_conf = _jit_reference(variables, x, weights_as_constants=True)
-  assert depth.shape == conf.shape == (2, H, W, 1)
+  depth, conf, valid = session.run(["depth", "confidence", "valid"], {"sparse_depth": x})
+  ref_depth, ref_conf, ref_valid = _jit_reference(variables, x, weights_as_constants=True)
+  assert depth.shape == conf.shape == valid.shape == (2, H, W, 1)
   _assert_onnx_close(depth, conf, ref_depth, ref_conf)
+  np.testing.assert_array_equal(valid, ref_valid)
 
 
 def _assert_onnx_close(depth, conf, ref_depth, ref_conf):
@@ -177,14 +187,44 @@ def test_onnx_of_the_official_checkpoint_matches_jit_on_a_real_frame(shared_dir,
   assert np.mean(x > 0) > 0.03  # LiDAR points in the crop
   out = tmp_path / "exported"
   assert export.main(["--checkpoint", str(ckpt), "--output", str(out), "--height", str(h), "--width", str(w),
-                      "--formats", "onnx"]) == 0
+                      "--formats", "onnx", "--fill_unsupported"]) == 0  # every pixel: the tails are the point here
   assert json.loads((out / export.SIDECAR_FILE).read_text())["variant"] == "ncnn_conf_l1"
   session = ort.InferenceSession(str(out / export.ONNX_FILE), providers=["CPUExecutionProvider"])
   depth, conf = session.run(["depth", "confidence"], {"sparse_depth": x})
   loaded = loader.load(ckpt)
-  ref_depth, ref_conf = (np.asarray(a) for a in jax.jit(export.serving_fn(loaded.build_model(), loaded.variables))(x))
+  serve = export.serving_fn(loaded.build_model(), loaded.variables, fill_unsupported=True)
+  ref_depth, ref_conf, _ = (np.asarray(a) for a in jax.jit(serve)(x))
   assert ref_conf.min() < 1e-8  # the regime where onnxruntime's Sigmoid is wrong
   _assert_onnx_close(depth, conf, ref_depth, ref_conf)
+
+
+def test_an_export_at_a_size_not_a_multiple_of_8_equals_predict(exported, tmp_path):
+  """Issue 50: at a size that is not a multiple of 8 the exported graph ran the network unpadded (predict pads to
+  a multiple of 8), so its depth differed from predict's (by up to 76 m above a real KITTI scan) and was not
+  clamped at 0. It now pads, crops, clamps and marks as the Completer does: the same depth and sigma (NaN where
+  the `valid` output is 0; every pixel with --fill_unsupported), within the float32 rounding of constant against
+  argument weights (the tolerance of the test above)."""
+  _, out, _ = exported
+  h, w = 20, 36  # pads to 24 x 40
+  rng = np.random.default_rng(4)
+  x = np.zeros((1, h, w, 1), np.float32)
+  x[0, -5:, :, 0] = np.where(rng.random((5, w)) < 0.3, rng.uniform(2.0, 80.0, (5, w)), 0.0)  # the sky above: none
+  for fill in (False, True):
+    target = tmp_path / f"exported_{fill}"
+    assert export.main(["--checkpoint", str(out.parent / "ckpt"), "--output", str(target), "--height", str(h),
+                        "--width", str(w), "--formats", "stablehlo", "--platforms", "cpu"]
+                       + (["--fill_unsupported"] if fill else [])) == 0
+    outputs = [np.asarray(a)[0, ..., 0] for a in jax.export.deserialize(
+        bytearray((target / export.STABLEHLO_FILE).read_bytes())).call(x)]
+    kw = {"fill_unsupported": True} if fill else {}
+    ref = completer_lib.Completer.from_checkpoint(out.parent / "ckpt", **kw)(x[0, ..., 0])
+    depth = outputs[0]
+    np.testing.assert_allclose(depth, ref.depth, rtol=0, atol=2e-5, err_msg="depth: export against predict")
+    assert np.isnan(depth).any() != fill and (depth[np.isfinite(depth)] >= 0).all()
+    _, conf, valid = outputs
+    assert (~ref.valid[:6]).all() and ref.valid[-5:].all()
+    np.testing.assert_array_equal(valid, ref.valid.astype(np.float32))
+    np.testing.assert_allclose(1 / np.sqrt(conf), ref.sigma, rtol=2e-5, atol=0)
 
 
 def test_shipped_name_exports_through_the_one_loader(exported, tmp_path, monkeypatch):
