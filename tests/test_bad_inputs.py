@@ -435,23 +435,36 @@ def test_config_json_of_another_variant_is_named(tmp_path):
   assert digest(wd) == before
 
 
+def _read_only_folder(path, request) -> str:
+  """`path` made a folder nobody can write into; returns the error it gives. Root ignores permission bits (CI runs
+  as root), so for root it is a read-only tmpfs mounted there (unmounted after the test)."""
+  path.mkdir()
+  if os.geteuid() != 0:
+    path.chmod(0o500)
+    return "Permission denied"
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)], capture_output=True,
+                     text=True, check=False)
+  if r.returncode != 0:
+    pytest.fail(f"root cannot mount a read-only tmpfs here ({r.stderr.strip()}): no read-only folder to test with")
+  request.addfinalizer(lambda: subprocess.run(["umount", str(path)], check=False))
+  return "Read-only file system"
+
+
 @pytest.mark.parametrize("how", ["under_a_file", "read_only"])
-def test_unwritable_workdir_and_outputs(run_dir, tmp_path, how):
-  """A read-only workdir or output gave tracebacks in train, eval and convert. Root ignores permissions, so the
-  portable case is a place under a file (the same EACCES/ENOTDIR path through the code)."""
+def test_unwritable_workdir_and_outputs(run_dir, tmp_path, how, request):
+  """A read-only workdir or output gave tracebacks in train, eval and convert; a place under a file (ENOTDIR) goes
+  the same way."""
   (tmp_path / "f").write_text("x")
   if how == "read_only":
-    if os.geteuid() == 0:
-      pytest.skip("root writes into read-only folders")
-    (tmp_path / "ro").mkdir(mode=0o500)
-    place, reason = tmp_path / "ro" / "sub", "Permission denied"
+    reason = _read_only_folder(tmp_path / "ro", request)
+    place = tmp_path / "ro" / "sub"
   else:
     place, reason = tmp_path / "f" / "sub", "Not a directory"
   wd, trained = run_dir
   check(run("train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={place}", *TINY), 1,
         f"error: cannot write {place}: {reason}")
   probe = tmp_path / ("ro" if how == "read_only" else "f")
-  why = "Permission denied" if how == "read_only" else f"{probe} is a file, not a folder"
+  why = reason if how == "read_only" else f"{probe} is a file, not a folder"
   check(run("eval.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", "--checkpoint=latest", *TINY,
             f"--output={place}"), 1, f"error: cannot write {place if how != 'read_only' else probe}: {why}")
   check(run("-m", "pncnn_jax.convert", "--input", WEIGHTS / "kitti_ncnn_conf_l1.npz", "--output", place), 1,

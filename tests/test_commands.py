@@ -189,3 +189,47 @@ def test_an_unbuilt_data_dir_is_one_line_and_creates_nothing(tmp_path, script):
   r = run([script, "--config=configs/nyu.py:pncnn", f"--config.data.data_dir={data_dir}", *out])
   assert r.returncode == 2 and f"holds no built nyu_depth (looked for {data_dir}/nyu_depth/1.0.0/" in r.stderr
   assert list(data_dir.iterdir()) == [] and not wd.exists()
+
+
+SIGKILL_AT_SAVE = """
+import os, runpy, signal, sys
+from pncnn_jax.checkpoints import manager
+save = manager.Checkpointer.save
+def save_then_die(self, step, *a, **k):
+  save(self, step, *a, **k)  # issued (an async save may still be writing): then no clean-up of any kind
+  if step == int(os.environ["KILL_AFTER_SAVE"]):
+    os.kill(os.getpid(), signal.SIGKILL)
+manager.Checkpointer.save = save_then_die
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_a_sigkilled_training_resumes_to_the_uninterrupted_parameters(tmp_path):
+  """train.py killed by SIGKILL right after it issued the checkpoint of step 3 (of 6; one per step), then the same
+  command again: the final parameters and optimizer state are bitwise those of a run never interrupted (NCNN, no
+  BatchNorm: no rounding noise between programs)."""
+  from pncnn_jax.checkpoints import manager  # pylint: disable=g-import-not-at-top
+  args = ["--config=configs/synthetic.py:ncnn", *TINY, "--config.num_epochs=3", "--config.checkpoint_every_steps=1",
+          "--config.max_to_keep=10"]
+  whole = run(["train.py", f"--workdir={tmp_path / 'whole'}", *args])
+  assert whole.returncode == 0, whole.stderr[-3000:]
+  env = dict(os.environ, PYTHONPATH=str(REPO), KILL_AFTER_SAVE="3")
+  killed = subprocess.run([sys.executable, "-c", SIGKILL_AT_SAVE, f"--workdir={tmp_path / 'cut'}", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert killed.returncode == -9, killed.stderr[-3000:]
+  assert (tmp_path / "cut" / "RUNNING").exists()  # the kill left its lock file: the rerun must see it is stale
+  again = run(["train.py", f"--workdir={tmp_path / 'cut'}", *args])
+  assert again.returncode == 0, again.stderr[-3000:]
+  trees = []
+  for name in ("whole", "cut"):
+    with manager.Checkpointer(tmp_path / name, read_only=True) as ckpt:
+      assert ckpt.latest_step() == 6
+      trees.append(ckpt.restore(6)[0])
+  for x, y in zip(jax_leaves(trees[0]), jax_leaves(trees[1]), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+def jax_leaves(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]

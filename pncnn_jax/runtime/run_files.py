@@ -198,10 +198,10 @@ def check_writable(folder: str | os.PathLike) -> None:
     probe = probe.parent
   if not probe.is_dir():
     raise OSError(errno.ENOTDIR, f"{probe} is a file, not a folder", str(path))
+  if hasattr(os, "statvfs") and os.statvfs(probe).f_flag & getattr(os, "ST_RDONLY", 1):  # before access(): it
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(probe))  # says EACCES on a read-only file system too
   if not os.access(probe, os.W_OK | os.X_OK):
     raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(probe))
-  if hasattr(os, "statvfs") and os.statvfs(probe).f_flag & getattr(os, "ST_RDONLY", 1):
-    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(probe))
 
 
 def format_value(v: Any, digits: int = 4) -> str:

@@ -100,6 +100,22 @@ def test_two_device_step_equals_one_device_step():
                                err_msg=name)
 
 
+def test_training_lowers_the_loss():
+  """What training is for: NCNN-Conf-L1 (the recipe's model, the loop's compiled step on 2 devices) over 40 steps
+  of 4 fixed batches at lr 0.01 at least halves the loss of every batch (measured: 5-14x lower)."""
+  mesh = sharding.make_mesh()
+  state = sharding.replicate(loop.init_state(tiny_config(learning_rate=0.01), 100), mesh)
+  step = loop.make_train_step("masked_l1", mesh)
+  batches = [sharding.shard_batch(b, mesh) for b in _batches(4)]
+  first, last = [], []
+  for i in range(40):
+    state, m = step(state, batches[i % 4])
+    (first if i < 4 else last).append(float(m["loss"]))
+  last = last[-4:]
+  assert all(np.isfinite(first + last)), (first, last)
+  assert all(b < 0.5 * a for a, b in zip(first, last)), f"loss per batch: first {first}, last {last}"
+
+
 def test_batch_not_divisible_by_devices_is_a_clear_error(tmp_path):
   with pytest.raises(ValueError, match=r"batch_size=3 is not divisible by the number of devices \(2\)"):
     loop.train_and_evaluate(tiny_config(batch_size=3), tmp_path)
@@ -110,10 +126,11 @@ def _params(workdir, step="latest"):
   return tree, meta
 
 
-def test_kill_and_resume_gives_the_uninterrupted_parameters(tmp_path):
+def test_a_run_stopped_after_a_checkpoint_resumes_to_the_uninterrupted_parameters(tmp_path):
+  """In-process: the run returns after step 3 (as a kill would leave it: step 3 lost, the last checkpoint is step 2)
+  and the same call resumes it (a real SIGKILL of train.py: tests/test_commands.py)."""
   cfg = tiny_config(steps_per_epoch=2, log_every_steps=1)  # 4 steps; validation + checkpoint at 2 and 4
   full = loop.train_and_evaluate(cfg, tmp_path / "full")
-  # "Killed" after 3 steps: the last checkpoint is step 2 (step 3 is lost), as after a SIGKILL.
   loop.train_and_evaluate(cfg, tmp_path / "resumed", stop_after_steps=3)
   ck = manager.Checkpointer(tmp_path / "resumed", async_save=False)
   assert ck.latest_step() == 2
