@@ -229,10 +229,10 @@ def module_name_violations(source: str, path: str, package: pathlib.Path = PACKA
       rel = ".".join(p for p in (_relative(node.module), a.name) if p)
       if rel not in modules:
         continue  # a function, class or constant
-      bound = (a.asname or a.name).lstrip("_")
+      bound, name = (a.asname or a.name).lstrip("_"), a.name.lstrip("_")  # a private module: _m (or m)
       parent = node.module.rsplit(".", 1)[-1]
       own = a.asname is None and pathlib.Path(path).name == "__init__.py" and pathlib.Path(path).parent.name == parent
-      if bound not in {a.name, f"{parent}_{a.name}", f"{a.name}_lib"}:
+      if bound not in {name, f"{parent}_{name}", f"{name}_lib"}:
         out.append(f"{path}:{node.lineno}: {rel} imported as {a.asname!r} (use {a.name}, {parent}_{a.name} or "
                    f"{a.name}_lib)")
       elif bound in top and rel != bound and ALIASES.get(bound) != rel and not own:

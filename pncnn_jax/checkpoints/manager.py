@@ -23,10 +23,6 @@ step is restored instead, with a warning. A training that falls back moves the u
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import copy
-import json
 import logging
 import math
 import os
@@ -40,6 +36,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as ocp_pp
 
+from pncnn_jax.checkpoints import _orbax_workarounds
 from pncnn_jax.runtime import run_files
 
 PyTree = Any
@@ -49,41 +46,6 @@ MODEL_KEYS = ("params", "batch_stats")  # what a reader restores of a training s
 log = logging.getLogger(__name__)
 
 
-_call_soon_threadsafe = asyncio.BaseEventLoop.call_soon_threadsafe
-
-
-def _call_soon_threadsafe_unless_closed(loop, callback, *args, context=None):
-  """`loop.call_soon_threadsafe`, but nothing (no RuntimeError) once the loop is closed: see `_quiet_failed_restore`."""
-  if loop.is_closed():
-    return None
-  return _call_soon_threadsafe(loop, callback, *args, context=context)
-
-
-@contextlib.contextmanager
-def _quiet_failed_restore():
-  """Around an orbax restore: no "RuntimeError: Event loop is closed" tracebacks when it fails.
-
-  When one read of a restore fails (a truncated file), orbax raises and closes its event loop while tensorstore
-  still completes the other reads; each late completion calls `call_soon_threadsafe` on the closed loop, and
-  tensorstore prints the RuntimeError's traceback from its own thread, straight to the process's stderr: dozens of
-  tracebacks before our one-line error, and asyncio logs "Task exception was never retrieved" for the abandoned
-  reads. Within this context a completion for a closed loop is dropped instead (nothing awaits it any more) and
-  the asyncio logger shows only critical records. After a failure both stay so for the rest of the process, since
-  completions keep arriving after orbax has raised (the command ends with its one-line error soon after); after a
-  success asyncio is as it was.
-  """
-  if asyncio.BaseEventLoop.call_soon_threadsafe is _call_soon_threadsafe_unless_closed:
-    yield
-    return
-  asyncio_log = logging.getLogger("asyncio")  # "Task exception was never retrieved" of the abandoned reads
-  level = asyncio_log.level
-  asyncio.BaseEventLoop.call_soon_threadsafe = _call_soon_threadsafe_unless_closed
-  asyncio_log.setLevel(logging.CRITICAL)
-  yield  # an exception propagates from here and leaves both in place
-  asyncio.BaseEventLoop.call_soon_threadsafe = _call_soon_threadsafe
-  asyncio_log.setLevel(level)
-
-
 class CheckpointCorruptError(ValueError):
   """A checkpoint step that cannot be restored: the message names the step, the file, the reason and the newest
   intact step (the command lines print it in one line, exit status 2)."""
@@ -91,50 +53,6 @@ class CheckpointCorruptError(ValueError):
 
 class CheckpointStructureError(ValueError):
   """A checkpoint that holds another model's tree (another variant or model setting): intact, but not this model's."""
-
-
-_JSON_FILES = ("_CHECKPOINT_METADATA", "metadata", "_METADATA", "_sharding", "metrics", "process_0")
-
-
-def disk_error(error: BaseException) -> OSError | None:
-  """The OSError (errno, strerror, the file) a tensorstore/orbax write error stands for (a full disk: ENOSPC, a
-  read-only place: EROFS / EACCES), or None. Their messages carry "[os_error_code='28']" and the file."""
-  text = str(error)
-  code = re.search(r"os_error_code='(\d+)'", text)
-  if code is None:
-    return None
-  path = re.search(r'(?:Failed writing|local file|Error (?:writing|opening)[^"]*): "([^"]+)"', text) or re.search(
-      r'"(/[^"]+)"', text)
-  return OSError(int(code.group(1)), os.strerror(int(code.group(1))), path.group(1) if path else None)
-
-
-class _DropOrbaxErrors(logging.Filter):
-  """Drops orbax's own ERROR records (a traceback per failed background save): `Checkpointer.save` and `wait`
-  raise the error itself, which the command lines print in one line."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
-
-
-_DROP_ORBAX_ERRORS = _DropOrbaxErrors()
-
-
-def describe_failure(step_dir: pathlib.Path, error: BaseException) -> str:
-  """'<file>: <reason>' for a step that failed to restore: the file tensorstore names (the last 'local file' of its
-  message), else the first JSON file of the step that does not parse, else the error's first line."""
-  text = str(error)
-  files = list(re.finditer(r'local file "([^"]+)"', text))
-  if files:
-    reason = text[files[-1].end():].split(" [tensorstore_spec")[0].strip(" :") or text.splitlines()[0]
-    return f"{files[-1].group(1)}: {reason} (truncated or corrupt)"
-  for f in sorted(step_dir.rglob("*")) if step_dir.is_dir() else ():
-    if f.is_file() and f.name in _JSON_FILES:
-      try:
-        json.loads(f.read_text())
-      except (ValueError, UnicodeDecodeError) as e:
-        return f"{f}: not valid JSON ({e})"
-  first = (text.strip().splitlines() or [type(error).__name__])[0]
-  return f"{step_dir}: {type(error).__name__}: {first[:300]}"
 
 
 def _abs_dir(path: str | os.PathLike, what: str) -> pathlib.Path:
@@ -151,39 +69,12 @@ def _check_metadata(metadata: Any, what: str) -> dict[str, Any]:
   return dict(metadata)
 
 
-class _StateHandler(ocp.StandardCheckpointHandler):
-  """orbax's StandardCheckpointHandler (the same files, metadata and handler name), saving every jax.Array from one
-  replica instead of replica-parallel.
-
-  Replica-parallel saving, orbax's default on CPU and TPU (off on GPU), splits each replicated array among its
-  devices: every array shape costs an eagerly compiled slice program on a process's first save (30 programs, ~1 s
-  for an NCNN-Conf state on 2 host devices, then ~0.2 s a save), for states of a few MB where there is nothing to
-  parallelise. tests/checkpoints/test_manager.py checks that a save compiles nothing and that stock orbax
-  reads what this writes."""
-
-  def __init__(self):
-    super().__init__()
-    arrays = copy.copy(ocp.type_handlers.get_type_handler(jax.Array))  # orbax's settings (metadata store, ...)
-    arrays._use_replica_parallel = False  # pylint: disable=protected-access  (no public switch in orbax 0.12)
-    registry = ocp.type_handlers.create_type_handler_registry(*(
-        (ty, arrays if ty is jax.Array else ocp.type_handlers.get_type_handler(ty))
-        for ty in ocp.type_handlers.supported_types()))
-    # The PyTreeCheckpointHandler the parent builds (its default arguments), with this registry: the parent takes
-    # no registry argument.
-    self._impl = ocp.PyTreeCheckpointHandler(save_concurrent_gb=96, restore_concurrent_gb=96,
-                                             type_handler_registry=registry)
-
-  @classmethod
-  def typestr(cls) -> str:
-    return ocp.StandardCheckpointHandler.typestr()  # recorded in each step: readers need no pncnn_jax
-
-
 def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
   """The items of a training step and their handlers: STATE_ITEM a pytree of arrays (StandardSave/Restore),
   META_ITEM JSON. Registered up front (orbax's current API; `item_names=` is deprecated) so that a reader that
   has saved nothing can still read a step's tree metadata."""
   registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
-  state, meta = _StateHandler(), ocp.JsonCheckpointHandler()
+  state, meta = _orbax_workarounds.StateHandler(), ocp.JsonCheckpointHandler()
   for item, handler, arg_types in ((STATE_ITEM, state, (ocp.args.StandardSave, ocp.args.StandardRestore)),
                                    (META_ITEM, meta, (ocp.args.JsonSave, ocp.args.JsonRestore))):
     for arg_type in arg_types:
@@ -251,8 +142,8 @@ class Checkpointer:
     )
     self.read_only = read_only
     if not read_only:
-      logging.getLogger("absl").addFilter(_DROP_ORBAX_ERRORS)  # once: filters are a set
-    with _quiet_read_only_notice():
+      logging.getLogger("absl").addFilter(_orbax_workarounds.DROP_ORBAX_ERRORS)  # once: filters are a set
+    with _orbax_workarounds.quiet_read_only_notice():
       self._manager = ocp.CheckpointManager(self.directory, options=options, handler_registry=_handler_registry())
 
   def _metric(self, metrics: Mapping[str, Any]) -> float:
@@ -274,7 +165,7 @@ class Checkpointer:
       metrics = {k: float(v) if hasattr(v, "__float__") else v for k, v in metrics.items()}
     if step in self.all_steps():
       raise ValueError(f"Checkpointer.save: step {step} already exists in {self.directory}")
-    with _raising_disk_errors():
+    with _orbax_workarounds.raising_disk_errors():
       self._manager.save(
           step,
           args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state),
@@ -338,15 +229,15 @@ class Checkpointer:
 
   def _restore_meta(self, s: int) -> dict[str, Any]:
     try:
-      with _quiet_failed_restore():
+      with _orbax_workarounds.quiet_failed_restore():
         restored = self._manager.restore(s, args=ocp.args.Composite(**{META_ITEM: ocp.args.JsonRestore()}))
     except Exception as e:  # noqa: BLE001 (orbax, tensorstore and json raise many kinds)
-      raise CheckpointCorruptError(describe_failure(self.directory / str(s), e)) from None
+      raise CheckpointCorruptError(_orbax_workarounds.describe_failure(self.directory / str(s), e)) from None
     return dict(restored[META_ITEM] or {})
 
   def _restore_step(self, s: int, target: PyTree | None, model_only: bool) -> tuple[PyTree, dict[str, Any]]:
     try:
-      with _quiet_failed_restore():  # item_metadata reads the OCDBT data files too
+      with _orbax_workarounds.quiet_failed_restore():  # item_metadata reads the OCDBT data files too
         if model_only:
           saved = self._manager.item_metadata(s)[STATE_ITEM]
           state_args = _model_only_restore(getattr(saved, "tree", saved), str(self.directory / str(s)))
@@ -359,7 +250,7 @@ class Checkpointer:
     except (CheckpointStructureError, CheckpointCorruptError):
       raise
     except Exception as e:  # noqa: BLE001 (orbax, tensorstore and json raise many kinds)
-      raise CheckpointCorruptError(describe_failure(self.directory / str(s), e)) from None
+      raise CheckpointCorruptError(_orbax_workarounds.describe_failure(self.directory / str(s), e)) from None
     return restored[STATE_ITEM], dict(restored[META_ITEM] or {})
 
   def _with_fallback(self, s: int, restore_one, allow_fallback: bool):
@@ -412,8 +303,8 @@ class Checkpointer:
 
   def wait(self) -> None:
     """Blocks until pending asynchronous saves are finalised on disk; a save that failed for want of room or
-    permission is an OSError naming the file (`disk_error`)."""
-    with _raising_disk_errors():
+    permission is an OSError naming the file (`_orbax_workarounds.disk_error`)."""
+    with _orbax_workarounds.raising_disk_errors():
       self._manager.wait_until_finished()
 
   def close(self) -> None:
@@ -487,7 +378,7 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best", 
       registry = _handler_registry()
       registry.add("metrics", ocp.args.JsonRestore, ocp.JsonCheckpointHandler())  # a training step's own item
       handler = ocp.CompositeCheckpointHandler(handler_registry=registry)
-      with _quiet_failed_restore(), ocp.Checkpointer(handler) as ckptr:
+      with _orbax_workarounds.quiet_failed_restore(), ocp.Checkpointer(handler) as ckptr:
         if (path / VARIABLES_ITEM).is_dir():
           restored = ckptr.restore(path, args=ocp.args.Composite(
               **{VARIABLES_ITEM: _standard_restore(target), META_ITEM: ocp.args.JsonRestore()}))
@@ -499,7 +390,8 @@ def restore_variables(path_or_dir: str | os.PathLike, step: int | str = "best", 
     except Exception as e:  # noqa: BLE001 (orbax, tensorstore and json raise many kinds)
       if isinstance(e, ValueError) and "the training state has no 'params'" in str(e):
         raise
-      raise CheckpointCorruptError(f"checkpoint {path} cannot be restored: {describe_failure(path, e)}") from None
+      why = _orbax_workarounds.describe_failure(path, e)
+      raise CheckpointCorruptError(f"checkpoint {path} cannot be restored: {why}") from None
     return _variables_from_state(restored[STATE_ITEM], str(path)), dict(restored[META_ITEM] or {})
   workdir = path.parent if path.name == CHECKPOINT_SUBDIR else path
   if not (workdir / CHECKPOINT_SUBDIR).is_dir():
@@ -543,31 +435,6 @@ def structure_difference(saved: PyTree, expected: PyTree, limit: int = 3) -> str
   if a - b:
     parts.append(f"found {', '.join(shortest(a - b, b))}, not in the model")
   return "; ".join(parts)
-
-
-@contextlib.contextmanager
-def _raising_disk_errors():
-  """Re-raises an orbax/tensorstore write error that is a full disk or a read-only place as its OSError."""
-  try:
-    yield
-  except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError; orbax wraps some)
-    err = disk_error(e)
-    if err is None:
-      raise
-    raise err from None
-
-
-@contextlib.contextmanager
-def _quiet_read_only_notice():
-  """Drops orbax's 'Given directory is read only' warning: a reader opens a run read-only on purpose, and the
-  command lines print one line per outcome."""
-  logger = logging.getLogger("absl")
-  drop = lambda record: not str(record.msg).startswith("Given directory is read only")  # noqa: E731
-  logger.addFilter(drop)
-  try:
-    yield
-  finally:
-    logger.removeFilter(drop)
 
 
 def non_finite_leaves(tree: PyTree) -> list[str]:

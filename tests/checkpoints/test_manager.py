@@ -14,7 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pncnn_jax.checkpoints import convert, manager
+from pncnn_jax.checkpoints import _orbax_workarounds, convert, manager
 
 from conftest import REPO, WEIGHTS
 
@@ -161,9 +161,10 @@ def test_restore_onto_replicated_sharding(tmp_path, n_devices):
 
 
 def test_a_replicated_save_compiles_nothing_and_stock_orbax_reads_it(tmp_path):
-  """The state handler saves replicated arrays from one replica (`manager._StateHandler`): orbax's replica-parallel
-  default compiled a slice program per array shape on each process's first save (30 for an NCNN-Conf state, ~1 s).
-  What it writes is what stock orbax writes: the step names orbax's own handlers, and stock orbax restores it."""
+  """The state handler saves replicated arrays from one replica (`_orbax_workarounds.StateHandler`): orbax's
+  replica-parallel default compiled a slice program per array shape on each process's first save (30 for an
+  NCNN-Conf state, ~1 s). What it writes is what stock orbax writes: the step names orbax's own handlers, and stock
+  orbax restores it."""
   mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
   state = jax.device_put(make_state(3.0), NamedSharding(mesh, PartitionSpec()))
   state["params"]["v"] = jax.device_put(jnp.arange(10.0).reshape(5, 2), NamedSharding(mesh, PartitionSpec()))
@@ -406,9 +407,9 @@ def test_readers_restore_only_the_model_variables(tmp_path):
 def test_a_full_disk_during_a_save_is_an_oserror_naming_the_file():
   """What tensorstore raised under orbax on a full tmpfs (issue 39: one useful line among 212 tracebacks)."""
   path = "/runs/x/checkpoints/1.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/d/856365f8"
-  err = manager.disk_error(ValueError(
+  err = _orbax_workarounds.disk_error(ValueError(
       f'RESOURCE_EXHAUSTED: Failed writing: "{path}": Failed to write 2103 bytes to file 7: No space left on device '
       "[os_error_code='28']"))
   assert isinstance(err, OSError) and err.errno == 28 and err.filename == path
   assert err.strerror == os.strerror(28)
-  assert manager.disk_error(ValueError("INVALID_ARGUMENT: something else")) is None
+  assert _orbax_workarounds.disk_error(ValueError("INVALID_ARGUMENT: something else")) is None
