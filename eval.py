@@ -49,13 +49,11 @@ def main(argv):
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  from pncnn_jax import (
-    evaluate,  # pylint: disable=g-import-not-at-top
-    from_config,  # pylint: disable=g-import-not-at-top
-  )
+  from pncnn_jax import evaluate, from_config  # pylint: disable=g-import-not-at-top
   from pncnn_jax.data.build import DatasetNotFoundError  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.training import config_fields  # pylint: disable=g-import-not-at-top
   try:
-    from_config.check_config(_CONFIG.value, training=False)
+    config_fields.check_config(_CONFIG.value, training=False)
     if not _PAIRS_DIR.value:
       from_config.check_data(_CONFIG.value, training=False)  # the evaluation split is built
   except (from_config.ConfigError, DatasetNotFoundError) as e:  # one line, exit 2, nothing created

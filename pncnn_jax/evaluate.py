@@ -94,7 +94,7 @@ class MetricSet:
   evaluate_checkpoint: Callable[..., Any] | None = None
 
 
-METRIC_SETS: Registry[MetricSet] = Registry("metric set", index="metric_sets")  # config.metrics (from_config)
+METRIC_SETS: Registry[MetricSet] = Registry("metric set")  # config.metrics (training.config_fields)
 
 
 def register_metric_set(name: str, metric_set: MetricSet) -> None:

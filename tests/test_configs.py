@@ -2,8 +2,9 @@
 
 import pytest
 
-from pncnn_jax import evaluate, from_config  # noqa: F401 (evaluate: the metric sets config.metrics is checked against)
+from pncnn_jax import from_config
 from pncnn_jax.nn import models
+from pncnn_jax.training import config_fields
 
 from conftest import REPO
 
@@ -63,7 +64,7 @@ def test_locked_config_rejects_typos():
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The table of config fields (from_config.FIELDS): every field has a rule, each rule refuses what it should.
+# The table of config fields (config_fields.FIELDS): every field has a rule, each rule refuses what it should.
 
 ALL_CONFIGS = ["synthetic.py:pncnn", "kitti.py:pncnn", "nyu.py:ncnn_conf_l1", "ensemble_synthetic.py:pncnn",
                "flow_synthetic.py:flow_pncnn"]
@@ -80,14 +81,9 @@ def _leaves(c, prefix=""):
 @pytest.mark.parametrize("spec", ALL_CONFIGS)
 def test_every_field_of_every_config_has_a_rule_and_passes(spec):
   c = from_config.load_config(f"{REPO}/configs/{spec}")
-  assert sorted(set(_leaves(c)) - set(from_config.FIELDS)) == []  # a new field needs a row in the table
-  from_config.check_config(c)
-  from_config.check_config(c, training=False)
-
-
-def test_fusion_rules_of_the_table_are_the_ensembles():
-  from pncnn_jax.ensemble import fusion  # pylint: disable=g-import-not-at-top
-  assert from_config.FUSION_RULES == fusion.FUSION_RULES
+  assert sorted(set(_leaves(c)) - set(config_fields.FIELDS)) == []  # a new field needs a row in the table
+  config_fields.check_config(c)
+  config_fields.check_config(c, training=False)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -134,17 +130,17 @@ def test_each_field_out_of_range_is_named_with_its_allowed_values(field, value, 
     node = node[p]
   node[last] = value
   with pytest.raises(from_config.ConfigError) as e:
-    from_config.check_config(c)
+    config_fields.check_config(c)
   assert str(e.value).startswith(f"config.{field}={value!r}: {message}"), str(e.value)
 
 
 def test_training_only_fields_are_not_checked_for_evaluation():
   c = from_config.load_config(f"{REPO}/configs/synthetic.py:pncnn")
   c.log_every_steps = 0
-  from_config.check_config(c, training=False)
+  config_fields.check_config(c, training=False)
   c.num_eval_batches = 0
   with pytest.raises(from_config.ConfigError, match=r"config.num_eval_batches=0"):
-    from_config.check_config(c, training=False)
+    config_fields.check_config(c, training=False)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -158,5 +154,5 @@ def test_ensemble_fields(field, value, message):
   c = from_config.load_config(f"{REPO}/configs/ensemble_synthetic.py:pncnn")
   c.ensemble[field.split(".")[1]] = value
   with pytest.raises(from_config.ConfigError) as e:
-    from_config.check_config(c)
+    config_fields.check_config(c)
   assert str(e.value).startswith(f"config.{field}=") and message in str(e.value), str(e.value)

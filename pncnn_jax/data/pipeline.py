@@ -48,6 +48,7 @@ class Dataset:
 
 # Extensions register theirs on import (pncnn_jax.flow: 'flow_synthetic').
 DATASETS: Registry[Dataset] = Registry("dataset")
+CROPS = ("none", "center", "bottom", "random")  # DataConfig.crop (`sparsify.crop_offsets`'s modes, or none)
 
 
 def register_dataset(name: str, dataset: Dataset) -> None:
@@ -109,7 +110,7 @@ class DataConfig:
       raise ValueError(f"dataset must be one of {tuple(DATASETS)}, got {self.dataset!r}")
     if self.split not in splits(self.dataset):
       raise ValueError(f"split of {self.dataset} must be one of {splits(self.dataset)}, got {self.split!r}")
-    if self.crop not in ("none", "center", "bottom", "random"):
+    if self.crop not in CROPS:
       raise ValueError(f"crop must be 'none', 'center', 'bottom' or 'random', got {self.crop!r}")
     if self.batch_size <= 0:
       raise ValueError(f"batch_size must be positive, got {self.batch_size}")

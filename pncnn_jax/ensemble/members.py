@@ -231,6 +231,9 @@ class MLEOptions:
   learning_rate: float = DEFAULT_MLE_LR  # Adam's initial learning rate [m]
 
 
+# `member_map` methods an ensemble may train with (config.ensemble.train_member_map): 'unroll' compiles one copy per
+# member, and 'auto' is for inference.
+TRAINING_MEMBER_MAPS = ("vmap", "map")
 CALIBRATED = " (calibrated)"  # suffix of the rows fused from scaled precisions (`evaluate_ensemble(precision_scales=)`)
 
 

@@ -89,7 +89,7 @@ class NConvUNet(nn.Module):
   @nn.compact
   def __call__(self, x0: Array, c0: Array) -> tuple[Array, Array]:
     check_rank4("NConvUNet", x0, c0)
-    if self.weight_init not in ("published", "repo"):
+    if self.weight_init not in NCONV_INITS:
       raise ValueError(f"NConvUNet: unknown weight_init {self.weight_init!r}; expected 'published' or 'repo'")
     hidden = x0.shape[-1] * self.num_channels
     body = "poisson" if self.weight_init == "published" else "kaiming"
@@ -247,6 +247,9 @@ class UNet(nn.Module):
 # The model family
 
 
+NCONV_INITS = ("published", "repo")  # NConvUNet.weight_init (a config's model.nconv_init)
+# `jax.lax.Precision` names a UNet convolution may use (PNCNN.conv_precision, a config's model.conv_precision).
+CONV_PRECISIONS = ("default", "high", "highest")
 CONF_ESTIMATORS = ("none", "sigmoid", "softplus")
 VAR_ESTIMATORS = ("none", "cout", "cout_depth", "cout_sparse")
 

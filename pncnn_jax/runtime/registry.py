@@ -20,10 +20,6 @@ EXTENSIONS: tuple[str, ...] = ("pncnn_jax.flow", "pncnn_jax.baselines")
 
 _loaded = False
 
-# index name -> the registry created with that `index=`: lets a lower layer (pncnn_jax.from_config's table of config
-# fields) check a name against a registry defined above it (the metric sets of pncnn_jax.evaluate) without importing it.
-INDEX: dict[str, "Registry"] = {}
-
 T = TypeVar("T")
 
 
@@ -42,14 +38,11 @@ class Registry(Mapping[str, T], Generic[T]):
 
   Args:
     what: what an entry is, for messages ('loss', 'model variant', ...).
-    index: also list the registry as `INDEX[index]` (a name other layers may look it up by).
   """
 
-  def __init__(self, what: str, index: str | None = None):
+  def __init__(self, what: str):
     self.what = what
     self._entries: dict[str, T] = {}
-    if index is not None:
-      INDEX[index] = self
 
   def register(self, name: str, entry: T) -> T:
     """Adds `entry` under `name`; a name registered twice with another entry is a ValueError."""

@@ -60,6 +60,7 @@ from pncnn_jax.checkpoints import manager
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models, prng
 from pncnn_jax.runtime import compile_cache, run_files, sharding
+from pncnn_jax.training import config_fields
 from pncnn_jax.training import ensemble as training_ensemble
 from pncnn_jax.training import step as training_step
 
@@ -338,7 +339,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     rule), or {} if no validation ran; for a run that had finished already, {'step', 'finished': True, 'val' (its
     last validation row), 'best_step', 'results' (the files holding them)}.
   """
-  from_config.check_config(config)  # ConfigError (a ValueError) before anything is created
+  config_fields.check_config(config)  # ConfigError (a ValueError) before anything is created
   from_config.check_data(config)  # DatasetNotFoundError, likewise
   workdir = pathlib.Path(os.path.abspath(os.fspath(workdir)))
   if workdir.exists() and not workdir.is_dir():

@@ -14,8 +14,8 @@ from pncnn_jax import from_config
 from pncnn_jax.checkpoints import manager
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models
+from pncnn_jax.training import config_fields, loop
 from pncnn_jax.training import ensemble as training_ensemble
-from pncnn_jax.training import loop
 from pncnn_jax.training import step as training_step
 
 from conftest import REPO
@@ -410,7 +410,7 @@ def test_ensemble_config_evaluates_calibrated_rows_fitted_on_another_split():
   config = _tiny_config()
   config.ensemble.rules = ("mean", "max_confidence")
   config.ensemble.calibration_split = "train"  # evaluated on 'val'
-  from_config.check_config(config, training=False)
+  config_fields.check_config(config, training=False)
   stacked = ensemble_members.init_ensemble(models.build_model(SMALL_VARIANT), [0, 1], (32, 64))
   rows = ensemble_members.evaluate_ensemble_config(config, stacked)
   names = ["member 0", "member 1", "mean", "max_confidence"]
