@@ -20,7 +20,7 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   c.model = dict(  # pncnn_jax.nn.models.PNCNN settings besides the variant's, passed as keyword arguments
       nconv_init="published",  # 'published' (Poisson, as the shipped checkpoints) or 'repo' (Kaiming)
       conv_precision="highest",  # UNet convolutions: 'highest' = float32 everywhere; 'default' = TF32/bf16 on GPU/TPU
-      mask_input_confidence=False,  # our option, not the official network: c0 <- c0 * [x > 0] (docs/RESULTS.md)
+      mask_input_confidence=False,  # our option, not the official network: c0 <- c0 * [x > 0] (docs/results/RESULTS.md)
       detach_variance_input=False,  # our option (training): no gradient from the variance UNet into NConv and c0
   )
   c.seed = 0  # parameter init and data order

@@ -12,9 +12,10 @@ Command:
 
 Recipe (that of `python -m pncnn_jax.experiments.flow.reproduce`): Adam, lr 3e-3 then x0.1 for the last of 8 epochs of
 100 steps (batch 4, random 64x192 windows of the 176x608 half-resolution frame), validation on 32 val scenes (random
-96x320 windows, fixed by the seed). What it reaches on 96 test scenes (docs/RESULTS_FLOW.md): flow_ncnn EPE 3.09 px
-(3.6 min of CPU), flow_ncnn_conf 2.11 px and AUROC 0.84 of a low c0 for the failed tracks (7.9 min), flow_pncnn
-3.43 px, AUROC 0.77, AUSE on EPE 0.20 (8.7 min). None is converged by docs/RESULTS_FLOW.md's 2 % rule.
+96x320 windows, fixed by the seed). What it reaches on 96 test scenes (docs/results/RESULTS_FLOW.md): flow_ncnn EPE
+3.09 px (3.6 min of CPU), flow_ncnn_conf 2.11 px and AUROC 0.84 of a low c0 for the failed tracks (7.9 min),
+flow_pncnn 3.43 px, AUROC 0.77, AUSE on EPE 0.20 (8.7 min). None is converged by docs/results/RESULTS_FLOW.md's 2 %
+rule.
 """
 
 import pathlib

@@ -177,7 +177,7 @@ def gaussian_nll_l1(pred: jax.Array, precision: jax.Array, target: jax.Array, be
   c the predicted precision as in `gaussian_nll` (sigma^2 = 1/c), w = `weight` [1/m]. beta = 0 is the plain
   Gaussian NLL, beta = NLL_BETA its beta-NLL form (`gaussian_nll_beta`). In the NLL the input confidence c0 learns
   only through the precision-weighted depth term 2 c (mu - t), and the variance network can explain a large error
-  by a small c instead (docs/RESULTS.md, claim (b)). The L1 term gives mu, and through NConv c0, the gradient
+  by a small c instead (docs/results/RESULTS.md, claim (b)). The L1 term gives mu, and through NConv c0, the gradient
   w sign(mu - t) at every pixel whatever its c: the signal NCNN-Conf-L1 trains c0 with. The optimum over c is
   unchanged, c = 1/e^2, so the confidence is still a calibrated precision [1/m^2].
 

@@ -54,9 +54,9 @@ def test_spec_pointers_name_existing_sections():
 
 def test_predict_page_quotes_the_shipped_ensembles_scales_from_the_long_page():
   """The precision scales docs/deploy/predict.md gives for `predict --precision_scales` are the ones
-  docs/RESULTS_LONG.json fitted for the shipped ensemble (a retrained member changes them)."""
+  docs/results/RESULTS_LONG.json fitted for the shipped ensemble (a retrained member changes them)."""
   import json  # pylint: disable=g-import-not-at-top
-  scales = json.loads((REPO / "docs" / "RESULTS_LONG.json").read_text())["fusion"]["precision_scales"]
+  scales = json.loads((REPO / "docs" / "results" / "RESULTS_LONG.json").read_text())["fusion"]["precision_scales"]
   page = (REPO / "docs" / "deploy" / "predict.md").read_text()
   quoted = re.search(r"for the shipped ensemble, `([0-9.,]+)`", page).group(1)
   assert quoted == ",".join(f"{s:.2f}" for s in scales)
@@ -77,7 +77,7 @@ def test_docs_python_snippets_are_the_readmes():
 
 
 def test_figures_shown_are_generated_ones():
-  """Every image the README or a docs page shows exists and is a figure the project generates (docs/results*/)."""
+  """Every image the README or a docs page shows exists and is a figure the project generates (under docs/results/)."""
   bad = []
   for p in [REPO / "README.md", *_pages()]:
     for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", p.read_text()):

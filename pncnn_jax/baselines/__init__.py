@@ -11,7 +11,7 @@ and a registry that misses one of these names imports it by module name (`runtim
 
 Modules: `model` (SparseToDense, the variants, the parameter count), `losses`, `predictive` (MC-Dropout passes in one
 vmapped call, ensemble members, the fused predictive mean and variance, their evaluation over M).
-pncnn_jax.experiments trains and compares them with pNCNN (docs/RESULTS_BASELINES.md).
+pncnn_jax.experiments trains and compares them with pNCNN (docs/results/RESULTS_BASELINES.md).
 """
 
 from pncnn_jax import from_config as _from_config

@@ -3,7 +3,7 @@
 `python -m pncnn_jax.experiments.reproduce --scale long --only s2d_mcdropout,s2d_ensemble8` trains the baselines of
 `pncnn_jax.experiments.runs.BASELINES` (first the three short learning-rate sweep runs, whose best validation RMSE
 fixes the baselines' learning rate, `runs.baseline_learning_rate`), evaluates them here and writes
-docs/RESULTS_BASELINES.md (`pncnn_jax.experiments.pages.baselines`). Every step resumes and caches its result in
+docs/results/RESULTS_BASELINES.md (`pncnn_jax.experiments.pages.baselines`). Every step resumes and caches its result in
 `<workdir>/eval/`.
 
 What it measures, on the held-out test scenes of the recipe (those of the pNCNN runs):

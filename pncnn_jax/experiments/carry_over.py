@@ -1,7 +1,7 @@
 """An earlier sitting's results added to this sitting's (`python -m pncnn_jax.experiments.reproduce --carry`).
 
 A sitting whose machine no longer has the workdir of the earlier ones passes their results JSON (what
-`pncnn_jax.experiments.pages.report.write` wrote, e.g. docs/RESULTS_LONG.json) for the runs not finished in this
+`pncnn_jax.experiments.pages.report.write` wrote, e.g. docs/results/RESULTS_LONG.json) for the runs not finished in this
 workdir:
   - a run whose weights are shipped (pncnn_jax/pretrained/synthetic/) and are the very run the earlier row measured
     (`shipped_files`) is evaluated again here from them, its validation curve taken from the earlier results
@@ -66,7 +66,7 @@ def _here(path: pathlib.Path, fresh_after: float, compute, evaluate: bool, requi
 
 
 def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
-  """An earlier sitting's results JSON (what `report.write` wrote, e.g. docs/RESULTS_LONG.json), checked to hold
+  """An earlier sitting's results JSON (what `report.write` wrote, e.g. docs/results/RESULTS_LONG.json), checked to hold
   runs of `scale` trained with today's recipe of that scale."""
   try:
     prior = json.loads(path.read_text())

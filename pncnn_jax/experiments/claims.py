@@ -1,7 +1,7 @@
 """The paper's claims (a)-(e) checked on the reproduction's runs, and the spread of one recipe over seeds.
 
 Each claim is checked against a threshold fixed in `pncnn_jax.experiments.evaluate_runs` before any result was seen; a
-claim that does not hold is written as not holding, with its numbers (docs/RESULTS.md).
+claim that does not hold is written as not holding, with its numbers (docs/results/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ r"""The demo behind `make demo`: the shipped models on fresh synthetic scenes, a
 1. Evaluates every model shipped in `pncnn_jax/pretrained/synthetic/` (trained by `python -m
 pncnn_jax.experiments.reproduce`)
    and the shipped 4-member pNCNN ensemble with its fusion rules on `--scenes` scenes that no run has seen (the
-   synthetic 'test' split of scene seed 1; training, validation and docs/RESULTS.md use seed 0), and checks the
-   paper's claims on them, as docs/RESULTS.md does.
+   synthetic 'test' split of scene seed 1; training, validation and docs/results/RESULTS.md use seed 0), and checks the
+   paper's claims on them, as docs/results/RESULTS.md does.
 2. Trains pNCNN (masked c0) for `--train_steps` steps of configs/synthetic.py, to show that training runs and
    what its first steps reach (machine-dependent: summation orders differ between CPUs).
 
@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
   summary = evaluate_shipped(root, args.scenes)
   summary["fusion"] = evaluate_shipped_fusion(args.scenes)
   intro = (f"The models shipped in `pncnn_jax/pretrained/synthetic/`, evaluated by `make demo` on {summary['scenes']}"
-           ": scenes that no training, validation or docs/RESULTS.md run has seen. The claims are checked with the "
-           "thresholds of docs/RESULTS.md. Each model was trained by `python -m pncnn_jax.experiments.reproduce` at "
+           ": scenes that no training, validation or docs/results/RESULTS.md run has seen. The claims are checked with "
+           "the thresholds of docs/results/RESULTS.md. Each model was trained by "
+           "`python -m pncnn_jax.experiments.reproduce` at "
            f"the scale its manifest names ({summary['trained_at']}).")
   report.write(summary, root / "results.md", root, intro=intro)
   if args.train_steps:

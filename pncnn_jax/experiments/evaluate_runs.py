@@ -1,4 +1,4 @@
-"""Evaluation of the reproduction runs on held-out scenes, the paper's claims, docs/RESULTS.md and its JSON.
+"""Evaluation of the reproduction runs on held-out scenes, the paper's claims, docs/results/RESULTS.md and its JSON.
 
 Called by `python -m pncnn_jax.experiments.reproduce` (stages 'evaluate' and 'report'). Every finished run of
 `runs_lib.RUNS` is evaluated once on the synthetic 'test' split (scene seeds that training and validation never
@@ -33,7 +33,7 @@ from pncnn_jax.checkpoints import loader
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.nn import models
 
-# The claim thresholds, fixed before any result was seen (docs/RESULTS.md quotes them).
+# The claim thresholds, fixed before any result was seen (docs/results/RESULTS.md quotes them).
 AUROC_AIM = 0.8  # (b): AUROC of low c0 for disturbed points, over all points and within depth bins
 C0_RATIO_MAX = 0.5  # (b): mean c0 on disturbed points at most half the mean on clean points
 AUSE_RATIO_MAX = 0.5  # (c): pNCNN AUSE at most half of NCNN-Conf's (the paper: 0.05 vs 0.31)
@@ -296,7 +296,7 @@ def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) ->
   cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results
   (`pncnn_jax.experiments.carry_over` adds an earlier sitting's results of the runs not finished here).
 
-  Returns the summary that `pncnn_jax.experiments.pages.report.write` turns into docs/RESULTS.md.
+  Returns the summary that `pncnn_jax.experiments.pages.report.write` turns into docs/results/RESULTS.md.
   """
   runs = runs_lib.RUNS
   cache_dir = runs_lib.build_caches(workdir, scale)

@@ -5,11 +5,11 @@ r"""The paper's experiments on the built-in synthetic benchmark, in one resumabl
 
 It trains every model of the paper (NCNN, NCNN-Conf L1/L2, pNCNN, pNCNN-Exp, the ablations and a 4-member
 pNCNN ensemble) with one recipe (`pncnn_jax.experiments.runs.SCALES`), evaluates all of them on held-out test scenes
-(the synthetic 'test' split: seeds that training and validation never see), and writes docs/RESULTS.md
-(docs/RESULTS_LONG.md for `--scale long`; RESULTS.md then compares the runs of both scales) and its JSON
+(the synthetic 'test' split: seeds that training and validation never see), and writes docs/results/RESULTS.md
+(docs/results/RESULTS_LONG.md for `--scale long`; RESULTS.md then compares the runs of both scales) and its JSON
 (`pncnn_jax.experiments.evaluate_runs`). `--scale longer` trains only the runs the long page marks as still falling
-(`pncnn_jax.experiments.runs.SCALE_RUNS`), 2x longer, and writes docs/RESULTS_LONGER.md; the long page then puts them in
-its claims. Every run lives in `<workdir>/runs/<name>` and resumes when the command is rerun, so the
+(`pncnn_jax.experiments.runs.SCALE_RUNS`), 2x longer, and writes docs/results/RESULTS_LONGER.md; the long page then
+puts them in its claims. Every run lives in `<workdir>/runs/<name>` and resumes when the command is rerun, so the
 command can be split over several sittings: stop it at any time (a kill loses at most the steps since the last
 checkpoint) and rerun it to continue. Runs already finished are skipped.
 
@@ -18,7 +18,7 @@ Two forms of each model with a learned input confidence are trained (`pncnn_jax.
   <variant>_masked  our option `mask_input_confidence`: c0 = UNet(x) * [x > 0]. Without it, the empty pixels
                     (~96 % of a LiDAR frame) keep a positive c0 and NConv averages their zeros into the
                     prediction, which training counters by raising c0 where that costs most: at far points,
-                    the see-through ones among them (docs/RESULTS.md, "Why the official network fails here").
+                    the see-through ones among them (docs/results/RESULTS.md, "Why the official network fails here").
 The parity variants are untouched: `mask_input_confidence` defaults to False.
 
 `--ship DIR` writes the final weights of each finished run (of `--only`, when given) as DIR/<name>.npz plus
@@ -28,15 +28,15 @@ reached), loadable by name (`--checkpoint synthetic:<name>`).
 The baselines of the paper's headline comparison (MC-Dropout and deep ensembles of a Sparse-to-Dense network,
 `pncnn_jax.experiments.runs.BASELINES`) train only when named: `--only s2d_mcdropout,s2d_ensemble8` trains the
 learning-rate sweep first (three short runs), then them, evaluates them beside the pNCNN family and writes
-docs/RESULTS_BASELINES.md (`pncnn_jax.experiments.baselines`; at other scales <workdir>/RESULTS_BASELINES.md). They
-are never shipped (`--ship` leaves them out: an ensemble of ResNet-18s is 440 MB).
+docs/results/RESULTS_BASELINES.md (`pncnn_jax.experiments.baselines`; at other scales
+<workdir>/RESULTS_BASELINES.md). They are never shipped (`--ship` leaves them out: an ensemble of ResNet-18s is 440 MB).
 
 `--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
 processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
 Even on 2 CPU cores `--jobs 2` trains more steps per second in total than one run at a time: a small-crop step
 does not keep both cores busy (docs/BENCHMARKS.md, bench/bench_jobs.py).
-`--carry docs/RESULTS_<SCALE>.json` lets a sitting on a machine without the earlier workdir add to the earlier
-sittings' results instead of replacing them: a run not finished in this workdir is evaluated from its shipped
+`--carry docs/results/RESULTS_<SCALE>.json` lets a sitting on a machine without the earlier workdir add to the
+earlier sittings' results instead of replacing them: a run not finished in this workdir is evaluated from its shipped
 weights when they are the run that file measured, and otherwise keeps its row from the file, marked with the commit
 and date that measured it.
 Every finished run also keeps its final weights as `<workdir>/runs/<name>/final_weights.{npz,json}` and the
@@ -182,16 +182,18 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--stage", default="all", choices=("all", "train", "evaluate", "report"))
   parser.add_argument("--only", default="", help="comma-separated run names (default: all, or the "
                       "scale's own in pncnn_jax.experiments.runs.SCALE_RUNS); see pncnn_jax.experiments.runs.RUNS")
-  parser.add_argument("--results", default="", help="the report to write (and its .json); default docs/RESULTS.md "
-                      "for the cpu scale, docs/RESULTS_<SCALE>.md for the others (docs/RESULTS_LONG.md); when --only "
-                      "names baselines only (pncnn_jax.experiments.runs.BASELINES), their page: default "
-                      "docs/RESULTS_BASELINES.md for the long scale, <workdir>/RESULTS_BASELINES.md for the others")
+  parser.add_argument("--results", default="", help="the report to write (and its .json); default "
+                      "docs/results/RESULTS.md for the cpu scale, docs/results/RESULTS_<SCALE>.md for the others "
+                      "(docs/results/RESULTS_LONG.md); when --only names baselines only "
+                      "(pncnn_jax.experiments.runs.BASELINES), their page: default "
+                      "docs/results/RESULTS_BASELINES.md for the long scale, <workdir>/RESULTS_BASELINES.md for the "
+                      "others")
   parser.add_argument("--ship", default="", help="write finished runs' weights + manifests to this folder")
   parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process")
-  parser.add_argument("--carry", default="", help="an earlier sitting's results JSON (e.g. docs/RESULTS_LONG.json): "
-                      "a run not finished in this workdir is evaluated from its shipped weights when they are the run "
-                      "that file measured, else keeps its row from it, marked with the page's commit and date (for a "
-                      "machine that no longer has the earlier workdir)")
+  parser.add_argument("--carry", default="", help="an earlier sitting's results JSON (e.g. "
+                      "docs/results/RESULTS_LONG.json): a run not finished in this workdir is evaluated from its "
+                      "shipped weights when they are the run that file measured, else keeps its row from it, marked "
+                      "with the page's commit and date (for a machine that no longer has the earlier workdir)")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
   os.environ.setdefault(compile_cache.VARIABLE, str(workdir / compile_cache.SUBDIR))  # every run shares programs
@@ -200,9 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with_baselines = any(runs_lib.is_baseline(r) for r in runs)
     only_baselines = with_baselines and all(runs_lib.is_baseline(r) for r in runs)
     baseline_page = pathlib.Path(args.results) if (only_baselines and args.results) else (
-        pathlib.Path("docs") / pages_baselines.PAGE if args.scale == "long" else workdir / pages_baselines.PAGE)
+        pathlib.Path(report.PAGES_DIR) / pages_baselines.PAGE if args.scale == "long"
+        else workdir / pages_baselines.PAGE)
     if not args.results:
-      args.results = f"docs/{report.page_name(args.scale)}"
+      args.results = f"{report.PAGES_DIR}/{report.page_name(args.scale)}"
     if workdir.exists() and not workdir.is_dir():
       raise ValueError(f"--workdir={args.workdir} is a file, not a directory")
     if args.jobs < 1:

@@ -1,10 +1,11 @@
 """The paper's experiments on the synthetic benchmark as data: recipes (`SCALES`), the trained models (`RUNS`)
 and where each run lives in a reproduction workdir. `python -m pncnn_jax.experiments.reproduce` runs them;
-`pncnn_jax.experiments.evaluate_runs` evaluates them; `pncnn_jax.experiments.pages.report` writes docs/RESULTS.md.
+`pncnn_jax.experiments.evaluate_runs` evaluates them; `pncnn_jax.experiments.pages.report` writes
+docs/results/RESULTS.md.
 
 Two forms of each model with a learned input confidence are trained:
   <variant>         the official network: c0 = UNet(x) at every pixel, also where there is no measurement.
-  <variant>_masked  our option `mask_input_confidence`: c0 = UNet(x) * [x > 0] (docs/RESULTS.md says why).
+  <variant>_masked  our option `mask_input_confidence`: c0 = UNet(x) * [x > 0] (docs/results/RESULTS.md says why).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ SCALES: dict[str, dict[str, Any]] = {
                 learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # The cpu recipe 5x longer (lr 0.01 for 4000 steps, then 1000 at 0.001), same crops and batch: does training
     # length change the claims? Measured on a 2-core CPU machine, one run per core: 1-2 h for a run with a UNet,
-    # 5 min for NCNN (`train_wall_s` in docs/RESULTS_LONG.json).
+    # 5 min for NCNN (`train_wall_s` in docs/results/RESULTS_LONG.json).
     "long": dict(train_crop=(64, 320), batch_size=4, steps_per_epoch=250, num_epochs=20, lr_decay_epochs=16,
                  learning_rate=0.01, train_scenes=2000, val_scenes=32, test_scenes=96, eval_crop=(128, 384)),
     # The long recipe 2x longer (lr 0.01 for 8000 steps, then 2000 at 0.001), for the runs whose validation curve
@@ -108,10 +109,11 @@ RUNS: tuple[Run, ...] = (
     Run("pncnn_exp", "pncnn_exp"),
     Run("ncnn_conf_l2", "ncnn_conf_l2"),
 )
-# The conventional baselines of the paper's headline comparison (pncnn_jax.baselines; docs/RESULTS_BASELINES.md):
-# trained only when named (--only), never by a plain `reproduce`. The Sparse-to-Dense network with dropout p = 0.5
-# (MC-Dropout), and 8 runs without dropout that differ only in their seed (deep ensembles of M = 1, 2, 4, 8: the
-# first M of them; member k from seed k, its own initialisation and data order). The members train as single-model
+# The conventional baselines of the paper's headline comparison (pncnn_jax.baselines;
+# docs/results/RESULTS_BASELINES.md): trained only when named (--only), never by a plain `reproduce`. The
+# Sparse-to-Dense network with dropout p = 0.5 (MC-Dropout), and 8 runs without dropout that differ only in their
+# seed (deep ensembles of M = 1, 2, 4, 8: the first M of them; member k from seed k, its own initialisation and data
+# order). The members train as single-model
 # runs, one process each under --jobs, not as one vmapped ensemble run: on 2 CPU cores two runs at once train 3.6-4.0
 # member steps/s against 1.6 for a vmapped 2-member run (bench/bench_jobs.py --members 2, docs/BENCHMARKS.md).
 # Their learning rate is the best of BASELINE_SWEEP_LRS on a short run (`sweep_recipe`), judged by the validation
@@ -131,7 +133,7 @@ RUN_GROUPS = {BASELINE_ENSEMBLE: BASELINE_MEMBERS}  # names that --only expands 
 # The ensemble of the fusion table: four pNCNN (masked c0) runs that differ only in their seed.
 ENSEMBLE = ("pncnn_masked", "pncnn_masked_seed1", "pncnn_masked_seed2", "pncnn_masked_seed3")
 # Runs of one recipe that differ only in their seed, keyed by the seed-0 run the claims use: their spread is what
-# one run's figures carry (docs/RESULTS.md, 'Spread over seeds').
+# one run's figures carry (docs/results/RESULTS.md, 'Spread over seeds').
 SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "pncnn_masked": ENSEMBLE,
     "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
@@ -302,7 +304,7 @@ def jax_to_numpy(tree: Any) -> Any:
 
 
 # The runs a scale trains when --only is not given, for a scale meant for some runs only (default: every run).
-# 'longer': the required runs whose validation curve docs/RESULTS_LONG.md marks as still falling at 5000 steps.
+# 'longer': the required runs whose validation curve docs/results/RESULTS_LONG.md marks as still falling at 5000 steps.
 SCALE_RUNS: dict[str, tuple[str, ...]] = {"longer": ("ncnn_conf_l2", "pncnn_masked", "pncnn_exp")}
 
 

@@ -10,10 +10,10 @@ the same held-out scenes (test split, centre crop of the long recipe's evaluatio
     camera's visible surface within the LiDAR's range, with the LiDAR's range noise (no LiDAR/camera parallax, so
     no disturbed points);
 
-against the same semi-dense ground truth (the 64-beam field's), and writes docs/SENSORS.md (+ .json): MAE, RMSE,
+against the same semi-dense ground truth (the 64-beam field's), and writes docs/results/SENSORS.md (+ .json): MAE, RMSE,
 AUSE (pNCNN's normalisation), AUCE per model and sensor, and the input density. Regenerate with
 
-  python -m pncnn_jax.experiments.sensors --output docs/SENSORS.md
+  python -m pncnn_jax.experiments.sensors --output docs/results/SENSORS.md
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def evaluate_models(models: Sequence[str], sensors: Sequence[str], num_scenes: i
 
 
 def render(rows: list[dict], meta: dict) -> str:
-  """docs/SENSORS.md: the table, per model, each sensor's figures and their ratio to the training sensor's."""
+  """docs/results/SENSORS.md: the table, per model, each sensor's figures and their ratio to the training sensor's."""
   def f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
@@ -154,7 +154,7 @@ def summary(rows: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--output", default="docs/SENSORS.md", help="the page (its .json beside it)")
+  p.add_argument("--output", default="docs/results/SENSORS.md", help="the page (its .json beside it)")
   p.add_argument("--models", default=",".join(MODELS), help="shipped model names, comma-separated")
   p.add_argument("--sensors", default=",".join(SENSORS))
   p.add_argument("--num_scenes", type=int, default=32)

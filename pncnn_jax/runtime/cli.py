@@ -24,7 +24,7 @@ Configs (--config FILE:VARIANT, e.g. configs/synthetic.py:pncnn):
 Variants: {', '.join(VARIANTS)}
   (NCNN, NCNN-Conf with L1 / L2, pNCNN, pNCNN-Exp, then the ablations; docs/SPEC.md section 5;
    pncnn_beta: pNCNN trained with beta-NLL weights; sparse_var: the variance UNet also sees the sparse input;
-   our options, docs/RESULTS.md)
+   our options, docs/results/RESULTS.md)
 Flow variants (configs/flow_synthetic.py only): {', '.join(FLOW_VARIANTS)}
 Most-used fields (--config.FIELD=VALUE; every field, with a comment, in configs/base.py):
   batch_size=4  learning_rate=0.01  num_epochs=10  steps_per_epoch=-1 (-1: one pass)  lr_decay_epochs=5  seed=0

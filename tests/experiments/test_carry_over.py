@@ -11,8 +11,8 @@ from conftest import REPO
 
 
 def _carry_file(tmp_path, **changes):
-  """An earlier sitting's results JSON at the smoke scale, with three real rows of docs/RESULTS_LONG.json."""
-  long = json.loads((REPO / "docs" / "RESULTS_LONG.json").read_text())
+  """An earlier sitting's results JSON at the smoke scale, with three real rows of docs/results/RESULTS_LONG.json."""
+  long = json.loads((REPO / "docs" / "results" / "RESULTS_LONG.json").read_text())
   runs = {n: long["runs"][n] for n in ("ncnn", "ncnn_conf_l1", "ncnn_oracle_c0", "pncnn_masked")}
   runs["ncnn"] = {**runs["ncnn"], "weights_from": "pncnn_jax/pretrained/synthetic/ncnn.npz"}  # measured from weights
   runs["pncnn_masked"] = {**runs["pncnn_masked"], "eval_version": 1}  # measured differently: not carried
@@ -41,7 +41,7 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   page = tmp_path / "docs" / "RESULTS_SMOKE.md"
   report.write(summary, page, tmp_path / "wd")
   text = page.read_text()
-  assert "`python -m pncnn_jax.experiments.reproduce --scale smoke --carry docs/RESULTS_SMOKE.json`" in text
+  assert "`python -m pncnn_jax.experiments.reproduce --scale smoke --carry docs/results/RESULTS_SMOKE.json`" in text
   assert ("By the page they were copied from (its commit and date): commit 0123456789 (2026-11-20): `ncnn`, "
           "`ncnn_conf_l1`, `ncnn_oracle_c0`.") in text
   assert "| `ncnn_conf_l1` | 334,498 | 525.2 | 2553 |" in text

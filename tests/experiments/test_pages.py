@@ -10,12 +10,12 @@ from conftest import REPO
 
 
 def test_results_page_carries_the_flow_claims_and_table(tmp_path):
-  """docs/RESULTS.md shows the flow experiment's claims, table and figure from RESULTS_FLOW.json beside it."""
+  """docs/results/RESULTS.md shows the flow experiment's claims, table and figure from RESULTS_FLOW.json beside it."""
   from pncnn_jax.experiments.flow import report as flow_report
   from pncnn_jax.experiments.pages import report
 
   assert report.flow_section(tmp_path / "RESULTS_FLOW.json") == []  # not run: nothing
-  source = REPO / "docs" / "RESULTS_FLOW.json"
+  source = REPO / "docs" / "results" / "RESULTS_FLOW.json"
   rows = json.loads(source.read_text())["rows"]
   lines = report.flow_section(source)
   assert lines[1] == "## Sparse optical-flow rectification (paper section 6)"
@@ -33,8 +33,8 @@ def _table_run(mae, rmse, ause, nll, auroc, flat):
 
 
 def test_results_page_compares_the_runs_trained_longer(tmp_path):
-  """docs/RESULTS.md shows the runs of RESULTS_LONG.json beside it, each cell 'here -> long', and the long page's
-  claims on those runs only; another page's figures go to their own folder."""
+  """docs/results/RESULTS.md shows the runs of RESULTS_LONG.json beside it, each cell 'here -> long', and the long
+  page's claims on those runs only; another page's figures go to their own folder."""
   from pncnn_jax.experiments.pages import report
   summary = {"runs": {"sv": _table_run(565.4, 2357, 0.0519, 0.233, 0.789, False),
                       "other": _table_run(1, 2, 0.1, 0.1, 0.5, True)}}
@@ -102,7 +102,7 @@ def test_longer_scale_trains_only_the_runs_it_is_for():
 
 
 def test_longer_page_is_about_its_runs_only(tmp_path):
-  """docs/RESULTS_LONGER.md: the long page's claims with its runs in place (no 'not measured yet' claims of the
+  """docs/results/RESULTS_LONGER.md: the long page's claims with its runs in place (no 'not measured yet' claims of the
   runs it does not train), each run 5000 -> 10000, how a run was trained when its folder says so, and as not
   included only its own runs not finished; its figures start with the validation curves at both lengths."""
   from pncnn_jax.experiments.pages import figures as pages_figures

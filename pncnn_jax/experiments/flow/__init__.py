@@ -1,1 +1,1 @@
-"""The sparse optical-flow experiment (docs/RESULTS_FLOW.md): its runs, baselines and page."""
+"""The sparse optical-flow experiment (docs/results/RESULTS_FLOW.md): its runs, baselines and page."""

@@ -1,4 +1,5 @@
-"""docs/RESULTS_FLOW.md: the sparse-flow experiment's claims, table and figures, from `flow_reproduce`'s summary.
+"""docs/results/RESULTS_FLOW.md: the sparse-flow experiment's claims, table and figures, from `flow_reproduce`'s
+summary.
 
 The claims (paper section 6, sparse optical flow rectification), each stated with its threshold:
   (F1) the learned input confidence singles out the failed tracks: AUROC of -c0 for the `corrupted` label
@@ -26,7 +27,7 @@ from pncnn_jax.runtime import run_files
 AUROC_AIM = 0.8
 C0_RATIO_AIM = 0.5
 LEARNED = ("flow_pncnn", "flow_ncnn_conf", "flow_pncnn_aniso")
-FIGURES = "results_flow"  # figures go to docs/results_flow/
+FIGURES = "results_flow"  # figures go to docs/results/results_flow/
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -119,8 +120,8 @@ def reading(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "whereas the end-point-error loss pays every pixel's error in full, so only rejecting the track lowers it. "
         "The same weighting explains its flow: the NLL's gradient on the flow is the precision times the error, so "
         "where the network predicts a low precision (around failures, at motion edges) the flow is hardly trained. "
-        "On the depth benchmark pNCNN's c0 likewise rejects less than NCNN-Conf's (docs/RESULTS.md, claim (b)). "
-        "Its predicted "
+        "On the depth benchmark pNCNN's c0 likewise rejects less than NCNN-Conf's (docs/results/RESULTS.md, claim "
+        "(b)). Its predicted "
         f"uncertainty ranks its errors {'better' if pn['ause_epe'] < conf['ause_epe'] else 'no better'} than "
         f"`flow_ncnn_conf`'s NConv confidence ranks its own (AUSE on EPE {pn['ause_epe']:.3f} against "
         f"{conf['ause_epe']:.3f}).")

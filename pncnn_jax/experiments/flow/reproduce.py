@@ -1,11 +1,11 @@
 r"""The sparse optical-flow experiment (paper section 6) on the synthetic flow benchmark, in one resumable command.
 
   python -m pncnn_jax.experiments.flow.reproduce --workdir /work/runs/flow [--stage all|train|evaluate|report]
-                                     [--only flow_ncnn,flow_pncnn] [--results docs/RESULTS_FLOW.md]
+                                     [--only flow_ncnn,flow_pncnn] [--results docs/results/RESULTS_FLOW.md]
 
 It trains the flow models of `RUNS` with one recipe (`RECIPE`, sized for a 2-core CPU), evaluates them and the
-baselines on held-out test scenes (the flow_synthetic 'test' split) and writes docs/RESULTS_FLOW.md, its JSON and
-its figures (`pncnn_jax.experiments.flow.report`). Every run lives in `<workdir>/runs/<name>` and resumes when the
+baselines on held-out test scenes (the flow_synthetic 'test' split) and writes docs/results/RESULTS_FLOW.md, its JSON
+and its figures (`pncnn_jax.experiments.flow.report`). Every run lives in `<workdir>/runs/<name>` and resumes when the
 command is rerun (a kill loses at most the steps since the last checkpoint); finished runs are skipped. Each run's wall
 and CPU time (all threads of the process) are added up over sittings in `<run>/time.json`.
 
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--workdir", required=True, help="where runs and evaluations go (outside git)")
   parser.add_argument("--stage", default="all", choices=("all", "train", "evaluate", "report"))
   parser.add_argument("--only", default="", help=f"comma-separated runs (default: {','.join(RUNS)})")
-  parser.add_argument("--results", default="docs/RESULTS_FLOW.md", help="the report to write (and its .json)")
+  parser.add_argument("--results", default="docs/results/RESULTS_FLOW.md", help="the report to write (and its .json)")
   args = parser.parse_args(argv)
   workdir = pathlib.Path(os.path.abspath(args.workdir))
   try:

@@ -1,1 +1,1 @@
-"""The results pages (docs/RESULTS*.md): tables, figures and the sentences that state each claim's verdict."""
+"""The results pages (docs/results/RESULTS*.md): tables, figures and the sentences that state each claim's verdict."""

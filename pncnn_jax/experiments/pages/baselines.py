@@ -1,4 +1,5 @@
-"""docs/RESULTS_BASELINES.md: pNCNN against MC-Dropout and deep ensembles (the paper's first experiment and figure).
+"""docs/results/RESULTS_BASELINES.md: pNCNN against MC-Dropout and deep ensembles (the paper's first experiment and
+figure).
 
 `write(summary, path)` writes the page, its JSON and its figure from a `pncnn_jax.experiments.baselines.evaluate_all`
 summary. Only measured numbers appear: a run not finished (or a pNCNN-family model not available) is named in the
@@ -24,7 +25,7 @@ HEADER = ("| model | M | MAE [mm] | RMSE [mm] | AUSE (pNCNN) | AUSE (shared max)
 
 
 def figure_folder(path: pathlib.Path) -> str:
-  """The figure's folder beside the page: its name in lower case (docs/results_baselines/)."""
+  """The figure's folder beside the page: its name in lower case (docs/results/results_baselines/)."""
   return path.stem.lower()
 
 

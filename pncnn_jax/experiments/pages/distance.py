@@ -1,6 +1,6 @@
-"""The section 'Where the error lies' of docs/RESULTS.md: each model's error binned by the distance to the nearest
-disturbed input point (`metrics.ErrorByDistance`, measured by `evaluate_runs.evaluate_model`), and claim (d)'s accuracy
-gaps split into two parts.
+"""The section 'Where the error lies' of docs/results/RESULTS.md: each model's error binned by the distance to the
+nearest disturbed input point (`metrics.ErrorByDistance`, measured by `evaluate_runs.evaluate_model`), and claim
+(d)'s accuracy gaps split into two parts.
 
 A model can lose accuracy near the disturbed points in two ways: its input confidence trusts them, and NConv spreads
 their wrong depths; or its depth network is weaker in the places where disturbances happen (depth edges, thin and

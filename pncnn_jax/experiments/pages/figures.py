@@ -1,5 +1,5 @@
-"""The figures of a results page (docs/RESULTS*.md): sparsification curves, c0 histograms, a qualitative panel, and
-for the longer scale's page the validation curves at both lengths.
+"""The figures of a results page (docs/results/RESULTS*.md): sparsification curves, c0 histograms, a qualitative panel,
+and for the longer scale's page the validation curves at both lengths.
 
 `pncnn_jax.experiments.pages.report` writes the text and calls `figures`; the numbers come from
 `pncnn_jax.experiments.evaluate_runs` summaries.
