@@ -1,5 +1,5 @@
-"""The package's shape (docs/LAYOUT.md): folders by concern whose imports only go down, no import cycle, the
-extension and the research wing kept apart, and folders of a readable size.
+"""The package's shape (docs/develop/layout.md): folders by concern whose imports only go down, no import cycle,
+the extension and the research wing kept apart, and folders of a readable size.
 
 Every `import` of a pncnn_jax module counts, including those inside functions (a function-level import is how a
 cycle hides) and the package `__init__` files an import runs. Parsed with `ast`, nothing is imported.
