@@ -44,7 +44,7 @@ demo: venv
 	$(PY) -m pncnn_jax.demo --workdir demo_out
 
 bench: venv
-	$(PY) bench/bench_forward.py --output docs/BENCHMARKS.md $(if $(TORCH_PYTHON),--torch_python $(TORCH_PYTHON))
+	$(PY) bench/bench_forward.py --output docs/develop/benchmarks-log.md $(if $(TORCH_PYTHON),--torch_python $(TORCH_PYTHON))
 
 clean:
 	rm -rf $(VENV) demo_out build *.egg-info

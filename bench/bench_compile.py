@@ -6,7 +6,7 @@ per loop iteration), fully unrolled (`unrolled`, the form before 2026-11-29) and
   python bench/bench_compile.py --rounds 2 --output /tmp/compile.json
 
 Reports wall and CPU seconds of lowering, compiling and the first and second call, the machine's load average at
-each measurement, and peak RSS. Numbers for docs/BENCHMARKS.md ('Cold start').
+each measurement, and peak RSS. Numbers for docs/develop/benchmarks-log.md ('Cold start').
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Ensemble speed and the fusion table on synthetic data, in one run.
 
-  python bench/bench_ensemble.py --output docs/BENCHMARKS.md [--steps 300]
-  python bench/bench_ensemble.py --speed [--methods separate,map,unroll] [--rounds 4] [--output docs/BENCHMARKS.md]
+  python bench/bench_ensemble.py --output docs/develop/benchmarks-log.md [--steps 300]
+  python bench/bench_ensemble.py --speed [--methods separate,map,unroll] [--rounds 4]
+                                 [--output docs/develop/benchmarks-log.md]
 
 1. Inference at 352x1216, batch 1: K = 4 pNCNN members as one vmapped call (`ensemble_members.apply_ensemble`) versus
    4 calls of the single jitted model.
@@ -151,7 +152,7 @@ def bench_config(steps: int, workers: int):
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--output", default=str(REPO / "docs" / "BENCHMARKS.md"))
+  p.add_argument("--output", default=str(REPO / "docs" / "develop" / "benchmarks-log.md"))
   p.add_argument("--steps", type=int, default=60, help="training steps of the ensemble (batch 4 per member)")
   p.add_argument("--workdir", default=None, help="ensemble run directory (default: a temporary one)")
   p.add_argument("--speed", action="store_true", help="only the interleaved inference timing (issue 42)")
@@ -268,7 +269,7 @@ def main(argv=None) -> int:
   ]
   section = "\n".join(lines)
   out_path = pathlib.Path(args.output)
-  text = out_path.read_text() if out_path.exists() else "# Benchmarks\n"
+  text = out_path.read_text() if out_path.exists() else "# Benchmark log\n"
   if BEGIN in text and END in text:
     text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
   else:

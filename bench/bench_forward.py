@@ -1,7 +1,8 @@
 """Forward and training-step speed and memory of pNCNN, against the machine's matmul rate, the official code and
 PyTorch on the same machine, in one run.
 
-  python bench/bench_forward.py --output docs/BENCHMARKS.md [--torch_python /path/to/python-with-torch]   (make bench)
+  python bench/bench_forward.py --output docs/develop/benchmarks-log.md [--torch_python /path/to/python-with-torch]
+  (make bench)
 
 Times, at 352x1216 (the KITTI crop): the pNCNN and NCNN-Conf forward (batch 1, eval mode), a pNCNN training step
 (batch 4, forward + backward + Adam; one and two steps per call; with `--rows`, also one per call without huge

@@ -109,7 +109,8 @@ def render_cpu(results: dict, labels: dict[str, str]) -> str:
       "",
       f"Machine: {meta.get('cpu', 'CPU')}, {meta.get('cores')} cores. Python {meta.get('python')}, jax "
       f"{meta.get('jax')}. Date: {meta.get('date')}. Command: `python bench/bench_forward.py --output "
-      "docs/BENCHMARKS.md" + (f" --torch_python {meta['torch_python']}`" if meta.get("torch_python") else "`")
+      "docs/develop/benchmarks-log.md"
+      + (f" --torch_python {meta['torch_python']}`" if meta.get("torch_python") else "`")
       + f". Load average at the end: {meta.get('load_at_end', 0):.1f}.",
       "",
       "Each row ran in its own process (peak resident memory = that row's process), every call paired with a "

@@ -1,6 +1,6 @@
 """pncnn_jax against a PyTorch pNCNN on the same GPU: forward, training step, ensembles, peak memory.
 
-  python bench/bench_gpu.py --output docs/BENCHMARKS.md [--quick]
+  python bench/bench_gpu.py --output docs/develop/benchmarks-log.md [--quick]
 
 Needs a CUDA GPU, jax with its CUDA plugin and torch (benchmark only: torch is never a dependency of pncnn_jax).
 The PyTorch network is bench/torch_pncnn.py, written from docs/SPEC.md in the official layout. Steps:
@@ -341,7 +341,7 @@ def render(res: dict, rows=None) -> str:
       f"host {platform.processor() or platform.machine()} "
       f"({os.cpu_count()} cores); Python {platform.python_version()}, jax {jax_info.get('jax', '?')}, "
       f"torch {torch_info.get('torch', '?')} (cuDNN {torch_info.get('cudnn', '?')}). "
-      "Command: `python bench/bench_gpu.py --output docs/BENCHMARKS.md`.",
+      "Command: `python bench/bench_gpu.py --output docs/develop/benchmarks-log.md`.",
       "",
       "The PyTorch network (bench/torch_pncnn.py) is ours, written from docs/SPEC.md in the official layout, eager "
       "mode, cudnn.benchmark on, Adam (foreach). Before timing, it loaded our weights and reproduced our outputs, "

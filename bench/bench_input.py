@@ -1,6 +1,6 @@
 """Input-pipeline throughput: KITTI 16-bit PNG pairs -> TFDS build -> grain pipeline (decode, crop, batch).
 
-  python bench/bench_input.py [--pairs 48] [--batches 12] [--output docs/BENCHMARKS.md] [--json out.json]
+  python bench/bench_input.py [--pairs 48] [--batches 12] [--output docs/develop/benchmarks-log.md] [--json out.json]
   python bench/bench_input.py --tiny            (4 small pairs, a few batches: what tests/bench runs)
 
 Steps, all in a temporary folder that is removed at the end (nothing is written elsewhere but --output/--json):
@@ -22,7 +22,7 @@ Steps, all in a temporary folder that is removed at the end (nothing is written 
 
 Reported with the load average (os.getloadavg) before and after: on a shared machine the rates are lower bounds.
 "Cores to keep one GPU busy" = the frame rate of the measured GPU training step (batch 4 in 41 ms on an H100 at
-TF32, docs/BENCHMARKS.md: 97.6 frames/s) / frames per second of one core.
+TF32, docs/develop/benchmarks-log.md: 97.6 frames/s) / frames per second of one core.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing i
 
 KITTI_H, KITTI_W = 375, 1242
 DRIVE = "2011_09_26_drive_0001_sync"
-GPU_STEP_S, GPU_BATCH = 0.041, 4  # H100, TF32, 352x1216 (docs/BENCHMARKS.md, bench_gpu.py 2026-11-26)
+GPU_STEP_S, GPU_BATCH = 0.041, 4  # H100, TF32, 352x1216 (docs/develop/benchmarks-log.md, bench_gpu.py 2026-11-26)
 
 
 def kitti_pair(rng: np.random.Generator, h: int = KITTI_H, w: int = KITTI_W) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,8 @@
 runs at once (as `--jobs N` trains them), and against N runs at once each pinned to its own slice of the cores, measured
 in one sitting.
 
-  python bench/bench_jobs.py --output docs/BENCHMARKS.md [--runs ncnn_conf_l1,pncnn_masked] [--steps 120] [--jobs 2]
+  python bench/bench_jobs.py --output docs/develop/benchmarks-log.md [--runs ncnn_conf_l1,pncnn_masked] [--steps 120]
+                             [--jobs 2]
 
 For each run (its long-scale recipe: batch 4 of 64x320 crops, `runs.run_config`), a worker process compiles the
 jitted training step of `pncnn_jax.training.loop`, runs 3 warm-up steps, then times `--steps` steps on one fixed batch

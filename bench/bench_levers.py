@@ -2,7 +2,8 @@
 
   python bench/bench_levers.py [--levers base,no_remat,...] [--repeats 3]          (prints one JSON line per row)
   python bench/bench_levers.py --paired base,both_before [--rounds 8]            (one process, alternating steps)
-  python bench/bench_levers.py --xla_paths [--height 128 --width 384] [--rounds 5] [--output docs/BENCHMARKS.md]
+  python bench/bench_levers.py --xla_paths [--height 128 --width 384] [--rounds 5]
+                               [--output docs/develop/benchmarks-log.md]
 
 Each row starts a fresh process (its peak resident memory is its own) that compiles the step, runs it once and
 then times `--repeats` steps, each after a 4096^2 float32 matmul (this machine's matmul rate drifts). Reported per
@@ -17,7 +18,7 @@ two XLA CPU flags, and the two kernels replaced on 2026-11-26 (evening), each pu
 the UNet weight gradient on 2-row tiles with (C_in x K) @ (K x C_out) products on 32-channel blocks
 (`wgrad_2row_tiles`) and the NConv input gradient by the library convolution (`nconv_library_dgrad`).
 `--paired A,B` runs two code levers in one process instead, their steps alternating. Results on this machine:
-docs/BENCHMARKS.md ("Levers").
+docs/develop/benchmarks-log.md ("Levers").
 
 `--xla_paths` (issue 42) measures XLA:CPU's library paths (`XLA_PATHS`: which XLA_FLAGS route convolutions and
 dots to YNNPACK, oneDNN, XNNPACK or XLA's own Eigen/loop emitters), each with our CPU kernels (pncnn_jax/nn/
@@ -27,8 +28,8 @@ jobs hit every configuration alike; each time is reported as a ratio to the firs
 kernels on) in the same round. Per configuration it also records the library calls in the compiled programs
 (`__ynn_fusion`, `__onednn_fusion`, `__xnn_fusion` custom fusions), whether its forward output equals the
 baseline's bit for bit (else the largest difference) and the loss after the same steps. Writes the section between
-`<!-- xla_paths:begin -->` and `<!-- xla_paths:end -->` of --output. See docs/BENCHMARKS.md ("XLA:CPU library
-paths").
+`<!-- xla_paths:begin -->` and `<!-- xla_paths:end -->` of --output. See docs/develop/benchmarks-log.md ("XLA:CPU
+library paths").
 """
 
 from __future__ import annotations

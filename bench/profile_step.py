@@ -7,7 +7,7 @@ the durations of the compiled program's operations (XLA:CPU thunks) by kind: the
 input gradients), the dot products (the UNets' tiled weight gradients), each elementwise/reduction fusion kind (by
 the HLO ops it fuses), copies and loops. Run it pinned to one core (`taskset -c 0`): the durations are then CPU
 seconds. With several cores, concurrent operations overlap and an operation's duration also counts the time it
-waited for a core. Results on this machine: docs/BENCHMARKS.md ("Where the step's time goes").
+waited for a core. Results on this machine: docs/develop/benchmarks-log.md ("Where the step's time goes").
 """
 
 from __future__ import annotations

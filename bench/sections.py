@@ -1,4 +1,4 @@
-"""The one writer of docs/BENCHMARKS.md sections: each benchmark script owns the text between
+"""The one writer of docs/develop/benchmarks-log.md sections: each benchmark script owns the text between
 `<!-- name:begin -->` and `<!-- name:end -->` and rewrites only that (commentary after the end marker stays)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pathlib
 import re
 import sys
 
-HEADER = "# Benchmarks\n\nEach section is written by the script it names.\n"
+HEADER = "# Benchmark log\n\nEach section is written by the script it names.\n"
 
 
 def write_section(path: pathlib.Path, name: str, body: str) -> None:

@@ -17,7 +17,7 @@ Library use (train.py / eval.py dispatch to these when the config has an `ensemb
   rows = ensemble.evaluate_ensemble_config(config, "runs/synth_ensemble")  # evaluates a trained ensemble
   print(evaluate.format_table(rows))
 
-bench/bench_ensemble.py trains a shorter version of it (see docs/BENCHMARKS.md, section "Ensembles").
+bench/bench_ensemble.py trains a shorter version of it (see docs/develop/benchmarks-log.md, section "Ensembles").
 """
 
 import pathlib

@@ -28,7 +28,7 @@ from pncnn_jax.runtime.registry import Registry
 MODEL_FIELDS = ("nconv_init", "conv_precision", "unet_features", "mask_input_confidence", "detach_variance_input")
 # steps_per_call=-1 (auto): two unrolled steps per call on CPU for frames of at least this many pixels (KITTI, NYU).
 # There they save XLA:CPU re-faulting the step's working memory on every call (~10 % per KITTI-size step,
-# docs/BENCHMARKS.md); small crops and other backends run one step per call.
+# docs/develop/benchmarks-log.md); small crops and other backends run one step per call.
 AUTO_TWO_STEPS_MIN_PIXELS = 100_000
 
 

@@ -5,8 +5,8 @@ import pathlib
 
 # Two host CPU devices for the sharding tests; must be set before jax is imported. And XLA:CPU's LLVM backend at
 # optimisation level 0: compiling is most of the suite's time on CPU, and level 0 compiles its small programs
-# ~45 % faster (docs/BENCHMARKS.md, 'The test suite'). The programs are the same (one HLO); their float32 results
-# differ from the default level's by rounding (instruction selection), as another CPU's would. Every parity and
+# ~45 % faster (docs/develop/benchmarks-log.md, 'The test suite'). The programs are the same (one HLO); their float32
+# results differ from the default level's by rounding (instruction selection), as another CPU's would. Every parity and
 # golden test passes at both levels with the same tolerances; the benchmarks and users run the default level.
 # Subprocesses (train.py, eval.py, predict) inherit both flags through the environment.
 TEST_XLA_FLAGS = "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"

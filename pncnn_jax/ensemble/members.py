@@ -135,11 +135,11 @@ def member_map(fn: Callable, method: str = "auto") -> Callable:
       shortest compile); the CPU default.
     'unroll': K copies of `fn` in one program, one per member (`fn(*member_k_args)` for k = 0..K-1, stacked):
       every member runs the single model's own operations (bitwise the single model's outputs in the run of
-      docs/BENCHMARKS.md, "Ensemble inference against one model on CPU"); compile time grows with K, and on CPU
-      it is no faster than 'map' (3.9x against 3.55x one model's time for K = 4).
-    'auto': 'map' on CPU, 'vmap' elsewhere (docs/BENCHMARKS.md, "Ensembles").
+      docs/develop/benchmarks-log.md, "Ensemble inference against one model on CPU"); compile time grows with K,
+      and on CPU it is no faster than 'map' (3.9x against 3.55x one model's time for K = 4).
+    'auto': 'map' on CPU, 'vmap' elsewhere (docs/develop/benchmarks-log.md, "Ensembles").
   For training use 'vmap' (the default of `pncnn_jax.training.ensemble.ensemble_train_step`): on CPU a train step inside
-  lax.map ran ~10x slower than vmap (docs/BENCHMARKS.md).
+  lax.map ran ~10x slower than vmap (docs/develop/benchmarks-log.md).
   """
   if method == "auto":
     method = "map" if jax.default_backend() == "cpu" else "vmap"

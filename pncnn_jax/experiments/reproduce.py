@@ -34,7 +34,7 @@ docs/results/RESULTS_BASELINES.md (`pncnn_jax.experiments.baselines`; at other s
 `--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
 processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
 Even on 2 CPU cores `--jobs 2` trains more steps per second in total than one run at a time: a small-crop step
-does not keep both cores busy (docs/BENCHMARKS.md, bench/bench_jobs.py).
+does not keep both cores busy (docs/develop/benchmarks-log.md, bench/bench_jobs.py).
 `--carry docs/results/RESULTS_<SCALE>.json` lets a sitting on a machine without the earlier workdir add to the
 earlier sittings' results instead of replacing them: a run not finished in this workdir is evaluated from its shipped
 weights when they are the run that file measured, and otherwise keeps its row from the file, marked with the commit

@@ -115,7 +115,8 @@ RUNS: tuple[Run, ...] = (
 # seed (deep ensembles of M = 1, 2, 4, 8: the first M of them; member k from seed k, its own initialisation and data
 # order). The members train as single-model
 # runs, one process each under --jobs, not as one vmapped ensemble run: on 2 CPU cores two runs at once train 3.6-4.0
-# member steps/s against 1.6 for a vmapped 2-member run (bench/bench_jobs.py --members 2, docs/BENCHMARKS.md).
+# member steps/s against 1.6 for a vmapped 2-member run (bench/bench_jobs.py --members 2,
+# docs/develop/benchmarks-log.md).
 # Their learning rate is the best of BASELINE_SWEEP_LRS on a short run (`sweep_recipe`), judged by the validation
 # RMSE; Gustafsson et al.'s own setting (Adam, lr 1e-5, weight decay 5e-4, 40000 steps of batch 4 at 352x352) is 8x
 # the long recipe's steps, too slow a rate for 5000.

@@ -12,7 +12,7 @@ and the skip joins of the UNet decoder (`conv2d_same_inputs`): in eval mode one 
 gradient shares its shifted gradient tiles across both inputs.
 
 Each computes `pncnn_jax.nn.conv.same_conv` (values and gradients, to float32 rounding: the summation order
-differs); tests/nn/test_cpu_kernels.py ties each to it. Timings: docs/BENCHMARKS.md.
+differs); tests/nn/test_cpu_kernels.py ties each to it. Timings: docs/develop/benchmarks-log.md.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _taps_same_conv(a: Array, w: Array) -> Array:
   For the 1-4 channel NConv layers this is 2-20x faster than a library convolution on CPU, where those are tuned
   for wide channels. The kernel rows run in a `fori_loop` (the row's kw*C_in*C_out slices unrolled, fused into one
   pass over the frame): unrolling all kh*kw*C_in*C_out slices compiled 1.5-2.4x slower (XLA:CPU, a 5x5 kernel
-  unrolls 100 slices per 2-channel layer) and ran no faster (docs/BENCHMARKS.md, 'Cold start').
+  unrolls 100 slices per 2-channel layer) and ran no faster (docs/develop/benchmarks-log.md, 'Cold start').
   """
   kh, kw, ci, co = w.shape
   _, h, wd, _ = a.shape
@@ -79,7 +79,8 @@ def _taps_fwd(a, w):
 def _taps_bwd(res, g):
   # From TAPS_DGRAD_MIN_PIXELS pixels, dL/da is the same convolution of g with the kernel flipped in space and
   # transposed in channels (odd kernels, symmetric padding): fused taps again, 3-10x faster than the library's
-  # input gradient for these 1-4 channel layers (4.6 % of a 352x1216 batch-4 pNCNN step, docs/BENCHMARKS.md).
+  # input gradient for these 1-4 channel layers (4.6 % of a 352x1216 batch-4 pNCNN step,
+  # docs/develop/benchmarks-log.md).
   # Below it the library's: the fused sum costs ~20 % more compile time in a small training program and gains
   # nothing measurable there. dL/dW (kh*kw*C_in*C_out whole-image sums) is always the library's.
   a, w = res
@@ -156,7 +157,7 @@ def _taps_weight_grad(x: Array, g: Array, kernel_size: tuple[int, int], precisio
   and stay in cache, and the batch stays a batch axis of the products, so a batch sharded over devices stays a
   sharded contraction (partial sums + all-reduce). The direct forms are slower on XLA:CPU: its weight-gradient
   convolution transposes both operands to channel-major layouts and contracts over only B; whole-image shifted
-  copies of g cost kh*kw full-size writes (docs/BENCHMARKS.md).
+  copies of g cost kh*kw full-size writes (docs/develop/benchmarks-log.md).
   """
   kh, kw = kernel_size
   ph, pw = kh // 2, kw // 2

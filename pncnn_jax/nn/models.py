@@ -201,7 +201,7 @@ class UNet(nn.Module):
     conv_precision: convolution precision (None = backend default).
     remat: in training, rematerialise each DoubleConv block: the backward pass keeps only the convolution
       outputs (and the block inputs) and recomputes BatchNorm, ReLU and the skip-join concatenation from them
-      (`nn.remat` with a names policy). Same parameters and values; less memory (docs/BENCHMARKS.md).
+      (`nn.remat` with a names policy). Same parameters and values; less memory (docs/develop/benchmarks-log.md).
   """
 
   features: tuple[int, int, int, int] = (32, 32, 64, 64)
@@ -277,7 +277,7 @@ class PNCNN(nn.Module):
     conv_precision: precision of the UNet convolutions, a `jax.lax.Precision` or its name (the NConv ones always
       run at float32 precision). 'highest' (the default) is float32 on every backend, so GPUs and TPUs give the
       official numbers; 'default' lets them use TF32/bf16 passes: about 2.5x faster on an H200, but the
-      confidence UNet then moves single predictions by up to ~0.3 m (docs/BENCHMARKS.md). CPUs are float32
+      confidence UNet then moves single predictions by up to ~0.3 m (docs/develop/benchmarks-log.md). CPUs are float32
       either way.
     detach_variance_input: the variance UNet sees stop_gradient(cout) (and mu): the loss's precision term then trains
       only the variance UNet, and NConv and the confidence UNet learn only through the depth term, as in

@@ -1,7 +1,7 @@
 """jax's persistent compilation cache for training runs: a restarted or resumed run loads its compiled step.
 
 Why: compiling a pNCNN training step at 352x1216 takes XLA:CPU 20-30 s of CPU time, on every start of train.py
-and every resume; with the cache, a program compiled once is loaded from disk (docs/BENCHMARKS.md, "Compile
+and every resume; with the cache, a program compiled once is loaded from disk (docs/develop/benchmarks-log.md, "Compile
 time"). jax keys each entry on the program, the jax and XLA versions, the flags and the machine, so a stale entry
 is never used.
 

@@ -4,7 +4,7 @@ Why: XLA:CPU allocates a step's whole working memory (10.8 GB for a pNCNN step a
 buffer per call and glibc returns it to the kernel when the call ends, so every step touches fresh pages. With
 4 KiB pages that is ~3 million page faults per step (15 s of system time on the 2-core benchmark machine, a
 third of the step). glibc's `glibc.malloc.hugetlb=1` tunable makes malloc back those buffers with 2 MiB
-transparent huge pages instead: 512x fewer faults. Measured in docs/BENCHMARKS.md.
+transparent huge pages instead: 512x fewer faults. Measured in docs/develop/benchmarks-log.md.
 
 glibc reads tunables only at process start, so the command-line entry points (train.py, eval.py, the demo and
 the benchmarks) call `reexec_with_hugepages()` first thing: if the tunable is missing (and would help) they

@@ -184,7 +184,7 @@ def loss_and_grads(
 def _raveled(tree: Any) -> Array:
   """Every element of every leaf of `tree` in one vector (empty for an empty tree). The checks and norms below
   reduce it once instead of once per leaf: per leaf, they were ~920 of the ~2,700 fused kernels of a pNCNN training
-  step on 2 devices, whose XLA:CPU compilation this cut from 12.4 to 9.8 s of CPU (docs/BENCHMARKS.md)."""
+  step on 2 devices, whose XLA:CPU compilation this cut from 12.4 to 9.8 s of CPU (docs/develop/benchmarks-log.md)."""
   leaves = [jnp.ravel(x) for x in jax.tree.leaves(tree)]
   return jnp.concatenate(leaves) if leaves else jnp.zeros((0,), jnp.float32)
 
@@ -243,7 +243,7 @@ def train_steps(state: TrainState, batches: dict[str, Array], *, loss_name: str
   The steps are unrolled (`lax.scan` with unroll=n), not looped: XLA:CPU runs convolutions inside a while loop
   on a far slower path (38 s instead of 2.9 s per pNCNN step at 176x608, batch 4). One program also allocates
   its working memory once for all n steps, where separate calls fault it in afresh each time (CPU: ~1.5 s of
-  system time per KITTI-size step; docs/BENCHMARKS.md).
+  system time per KITTI-size step; docs/develop/benchmarks-log.md).
   """
   n = jax.tree.leaves(batches)[0].shape[0]
   return jax.lax.scan(lambda s, b: train_step(s, b, loss_name=loss_name), state, batches, unroll=n)
