@@ -113,7 +113,7 @@ def render_speed(res: dict, command: str) -> str:
             "unroll": f"{k} members, `apply_ensemble(method='unroll')` (one program, {k} copies)",
             "vmap": f"{k} members, `apply_ensemble(method='vmap')` (grouped convolutions)"}
   lines = [
-      "## Ensemble inference against one model on CPU (bench/bench_ensemble.py --speed, issue 42)",
+      "## Ensemble inference against one model on CPU (bench/bench_ensemble.py --speed)",
       "",
       f"**Measured under load**, {res['date']}: {platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}; "
       f"1-minute load average {ld['timed_start'][0]:.2f} when the timing began and {ld['end'][0]:.2f} at its end "

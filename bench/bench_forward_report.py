@@ -135,7 +135,7 @@ def render_cpu(results: dict, labels: dict[str, str]) -> str:
               f"({train['compile_cpu_s']:.1f} s of CPU) without the persistent compilation cache; its XLA working "
               f"memory is {train['program_gb']:.2f} GB (arguments + outputs + temporaries)."]
   off = results["official"]
-  lines += ["", f"Against the official PyTorch code on this machine kind (issue 15's table, measured {off['date']}, "
+  lines += ["", f"Against the official PyTorch code on this machine kind (measured {off['date']}, "
             "batch 4 at 352x1216 for the training step: as shipped, and tuned with GLIBC_TUNABLES="
             "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736) and against the PyTorch pNCNN "
             "(bench/torch_pncnn.py, written from the spec) run now on this machine, with glibc's defaults and tuned. "

@@ -206,7 +206,7 @@ def render(res: dict, command: str) -> str:
   need_synthetic = math.ceil(gpu_fps * s1["cpu_s_per_frame"])
   h, w = res["frame"]
   lines = [
-      "## Input pipeline (bench/bench_input.py, issue 42)",
+      "## Input pipeline (bench/bench_input.py)",
       "",
       f"**Measured under load**, {res['date']}: {res['machine']}, {res['cores']} cores, Python {res['python']}; "
       f"1-minute load average {res['load_start'][0]:.2f} at the start and {res['load_end'][0]:.2f} at the end "

@@ -236,7 +236,7 @@ def run_xla_paths(configs: list[tuple[str, bool]], rounds: int, fwd_calls: int, 
 def render_xla_paths(runs: list[dict]) -> str:
   """The markdown section of one or more `run_xla_paths` results (each run's ratios are to its own first row)."""
   lines = [
-      "## XLA:CPU library paths, with our CPU kernels on and off (bench/bench_levers.py --xla_paths, issue 42)",
+      "## XLA:CPU library paths, with our CPU kernels on and off (bench/bench_levers.py --xla_paths)",
       "",
       "pNCNN forward (batch 1, eval mode) and training step (Gaussian NLL, Adam) with each XLA:CPU library path "
       "(`XLA_PATHS` in bench/bench_levers.py, the XLA_FLAGS column) and our CPU kernels (pncnn_jax/nn/"
