@@ -88,7 +88,7 @@ def sparsification_curves(
   possible tie order for the raw (unnormalised) model curve and for the Gustafsson AUSE, whose
   normalisation by the curve's first value (all pixels) does not depend on the order. They do NOT
   bound the pNCNN-normalised AUSE (`ause_pncnn`), which divides the model curve by its own maximum:
-  that maximum moves with the tie order (issue 13: 20 random orders gave 0.575-0.580, outside the
+  that maximum moves with the tie order (measured: 20 random orders gave 0.575-0.580, outside the
   0.189-0.298 of the two extreme orders). The golden `ause_tie_bounds` are these two extremes.
 
   Args:

@@ -31,9 +31,9 @@ so its raw output is of order 1), scaled by MEAN_SCALE = 10 (the scenes' depths 
 
 **Parameters.** With ResNet-18 stages (2, 2, 2, 2) the network has `PARAMS_RESNET18` = 13,675,394 trainable
 parameters; with ResNet-34 stages (3, 4, 6, 3) 23,783,554 (tests/baselines/test_model.py counts both without
-compiling). The 26M the paper and the issue quote for Gustafsson's networks are of a different network: Ma et al.'s
+compiling). The 26M the paper quotes for Gustafsson's networks are of a different network: Ma et al.'s
 self-supervised DepthCompletionNet (ICRA 2019) with a ResNet-34 encoder at full resolution, RGB and depth inputs and a
-transposed-convolution decoder with skips. We keep the issue's ResNet-18 encoder and Ma's up-projection decoder
+transposed-convolution decoder with skips. We keep a ResNet-18 encoder and Ma's up-projection decoder
 (ICRA 2018), half the parameters: its training cost (the stem reduces to 1/4 resolution first) is what the CPU bound of
 the comparison allows; the parameter ratio to pNCNN's 670k is reported as measured, not as the paper's 26M.
 """
