@@ -246,22 +246,3 @@ def sparsification_plot(curves: Mapping[str, object], path, *, gustafsson: Mappi
                fontsize=9)
   fig.tight_layout()
   _save(fig, path)
-
-
-def training_curves(rows_by_model: Mapping[str, Sequence[Mapping[str, object]]], path,
-                    key: str = "rmse") -> None:
-  """Validation `key` against the step, one line per model (rows as in metrics.jsonl, split 'val')."""
-  plt = _plt()
-  fig, ax = plt.subplots(figsize=(5.5, 4))
-  for name, rows in rows_by_model.items():
-    pts = [(r["step"], r[key]) for r in rows if r.get("split") == "val" and isinstance(r.get(key), (int, float))]
-    if pts:
-      ax.plot(*zip(*pts), marker="o", label=name)
-  ax.set_xlabel("training step")
-  unit = {"rmse": "RMSE [mm]", "mae": "MAE [mm]"}.get(key, key)
-  ax.set_ylabel(f"validation {unit}")
-  ax.set_title("Validation during training", fontsize=10)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  _save(fig, path)

@@ -44,6 +44,7 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
 
   from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
   from pncnn_jax.experiments import evaluate_runs  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments import runs as runs_lib  # pylint: disable=g-import-not-at-top
   (root / "eval").mkdir(parents=True, exist_ok=True)
   runs, manifests = {}, {}
   for name in [n for n in SHOWN if n in pretrained.available("synthetic")]:
@@ -60,7 +61,7 @@ def evaluate_shipped(root: pathlib.Path, scenes: int) -> dict:
     print(f"  {name:22s} MAE {m['mae']:7.1f} mm  RMSE {m['rmse']:7.1f} mm  "
           f"AUSE {runs[name]['uncertainty']['ause_pncnn']:.3f}  ({time.time() - t0:.0f} s)", flush=True)
   first = next(iter(manifests.values()), {})
-  return {"scale": first.get("scale", "cpu"), "trained_at": pretrained.describe_scales(runs),
+  return {"scale": first.get("scale", "cpu"), "trained_at": runs_lib.describe_scales(runs),
           "recipe": first.get("recipe", {}), "runs": runs, "fusion": None,
           "not_finished": [n for n in SHOWN if n not in runs], "commit": first.get("commit"),
           "missing_note": ("Not shipped yet (their runs of `python -m pncnn_jax.experiments.reproduce` have not "
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
 
   from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
   absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every file it writes at INFO
-  from pncnn_jax import pretrained, viz  # pylint: disable=g-import-not-at-top
+  from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.experiments.pages import figures as pages_figures  # pylint: disable=g-import-not-at-top
   from pncnn_jax.experiments.pages import report  # pylint: disable=g-import-not-at-top
 
   if not CONFIG_FILE.is_file():
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.train_steps:
     print(f"pncnn_jax demo: training pNCNN (masked c0) for {args.train_steps} steps", flush=True)
     rows = train_short(root, args.train_steps)
-    viz.training_curves({"pncnn_masked (short run)": rows}, root / "training_curves.png")
+    pages_figures.training_curves({"pncnn_masked (short run)": rows}, root / "training_curves.png")
   print((root / "results.md").read_text().split("## Accuracy")[0])
   print(f"total {time.time() - t_start:.0f} s; wrote {root}/results.md, results.json, results/*.png"
         + (", training_curves.png" if args.train_steps else ""))

@@ -265,6 +265,17 @@ def fusion_rows(config, members: Sequence[Any], batches, precision_scales=None) 
                                             precision_scales=precision_scales)
 
 
+def flat_label(flat: bool, change: float | None) -> str:
+  """The 'val curve flat' cell of a results table: yes, or no with the relative change of the best validation error
+  over the last 30 % of the phase before the lr drop and which way it went (falling: more steps would help; rose:
+  the best came earlier), n/a if the curve is too short to judge."""
+  if flat:
+    return "yes"
+  if change is None:
+    return "n/a"
+  return f"no ({100 * change:+.1f} %, " + ("still falling)" if change < 0 else "rose: its best came earlier)")
+
+
 def cached(path: pathlib.Path, fresh_after: float, compute, require: Sequence[str] = ()) -> dict[str, Any]:
   """The evaluation at `path` if written after `fresh_after` by this EVAL_VERSION and holding the keys `require`
   (what a newer evaluation added), else compute() written there."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 from typing import Any, Mapping
 
@@ -335,3 +336,24 @@ def apply_recipe(config: ml_collections.ConfigDict, recipe: Mapping[str, Any]) -
   config.data.eval_crop_height, config.data.eval_crop_width = recipe["eval_crop"]
   config.data.synthetic_size = recipe["train_scenes"]
   config.data.eval_synthetic_size = recipe["val_scenes"]
+
+
+# The shipped models by the recipe they were trained with (the demo and the results pages say which).
+
+
+def by_scale(dataset: str = "synthetic", root: str | os.PathLike | None = None) -> dict[tuple[str, int], list[str]]:
+  """The shipped names grouped by the recipe their manifests name: {(scale, steps): [names], ...}."""
+  from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
+  d = pathlib.Path(root or pretrained.ROOT) / dataset
+  groups: dict[tuple[str, int], list[str]] = {}
+  for name in pretrained.available(dataset, root):
+    m = json.loads((d / f"{name}.json").read_text())
+    groups.setdefault((m.get("scale", "?"), m.get("step", "?")), []).append(name)
+  return groups
+
+
+def describe_scales(names=None, dataset: str = "synthetic", root: str | os.PathLike | None = None) -> str:
+  """"`cpu` scale, 1000 steps: `a`, `b`; ..." for the shipped models (of `names`, when given), by `by_scale`."""
+  keep = lambda group: [n for n in group if names is None or n in names]  # noqa: E731
+  return "; ".join(f"`{scale}` scale, {steps} steps: " + ", ".join(f"`{n}`" for n in keep(group))
+                   for (scale, steps), group in by_scale(dataset, root).items() if keep(group))

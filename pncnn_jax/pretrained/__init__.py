@@ -92,23 +92,6 @@ def available(dataset: str = "synthetic", root: str | os.PathLike | None = None)
   return sorted(p.stem for p in d.glob("*.npz") if (d / f"{p.stem}.json").exists()) if d.is_dir() else []
 
 
-def by_scale(dataset: str = "synthetic", root: str | os.PathLike | None = None) -> dict[tuple[str, int], list[str]]:
-  """The shipped names grouped by the recipe their manifests name: {(scale, steps): [names], ...}."""
-  d = pathlib.Path(root or ROOT) / dataset
-  groups: dict[tuple[str, int], list[str]] = {}
-  for name in available(dataset, root):
-    m = json.loads((d / f"{name}.json").read_text())
-    groups.setdefault((m.get("scale", "?"), m.get("step", "?")), []).append(name)
-  return groups
-
-
-def describe_scales(names=None, dataset: str = "synthetic", root: str | os.PathLike | None = None) -> str:
-  """"`cpu` scale, 1000 steps: `a`, `b`; ..." for the shipped models (of `names`, when given), by `by_scale`."""
-  keep = lambda group: [n for n in group if names is None or n in names]  # noqa: E731
-  return "; ".join(f"`{scale}` scale, {steps} steps: " + ", ".join(f"`{n}`" for n in keep(group))
-                   for (scale, steps), group in by_scale(dataset, root).items() if keep(group))
-
-
 def load(spec: str, root: str | os.PathLike | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
   """('synthetic:<name>') -> (variables {'params', 'batch_stats'?}, manifest); `root` replaces the package's
   folder (tests).

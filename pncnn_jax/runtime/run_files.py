@@ -214,17 +214,6 @@ def format_value(v: Any, digits: int = 4) -> str:
   return str(v)
 
 
-def flat_label(flat: bool, change: float | None) -> str:
-  """The 'val curve flat' cell of a results table: yes, or no with the relative change of the best validation error
-  over the last 30 % of the phase before the lr drop and which way it went (falling: more steps would help; rose:
-  the best came earlier), n/a if the curve is too short to judge."""
-  if flat:
-    return "yes"
-  if change is None:
-    return "n/a"
-  return f"no ({100 * change:+.1f} %, " + ("still falling)" if change < 0 else "rose: its best came earlier)")
-
-
 def markdown_table(rows: Mapping[str, Mapping[str, Any]], keys: list[str], units: Mapping[str, str],
                    header: str = "model") -> str:
   """A markdown table, one row per named result, one column per key (its unit in brackets where `units` has

@@ -3,7 +3,6 @@ shipped models."""
 
 import json
 
-from pncnn_jax import pretrained
 from pncnn_jax.experiments import runs as runs_lib
 
 from conftest import REPO
@@ -155,6 +154,6 @@ def test_results_page_names_the_scale_of_each_shipped_model(tmp_path):
   line = report.shipped_lines(tmp_path)[0]
   assert line.endswith("by the scale they were trained at: `cpu` scale, 1000 steps: `a`, `b`; "
                        "`long` scale, 5000 steps: `c`.")
-  assert pretrained.describe_scales(["a"], root=tmp_path) == "`cpu` scale, 1000 steps: `a`"  # the demo's subset
-  assert pretrained.describe_scales(["c", "b"], root=tmp_path) == ("`cpu` scale, 1000 steps: `b`; "
+  assert runs_lib.describe_scales(["a"], root=tmp_path) == "`cpu` scale, 1000 steps: `a`"  # the demo's subset
+  assert runs_lib.describe_scales(["c", "b"], root=tmp_path) == ("`cpu` scale, 1000 steps: `b`; "
                                                                    "`long` scale, 5000 steps: `c`")

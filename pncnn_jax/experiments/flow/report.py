@@ -19,10 +19,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from pncnn_jax.experiments import evaluate_runs
 from pncnn_jax.flow import evaluate as flow_evaluate
 from pncnn_jax.flow import metrics as flow_metrics
 from pncnn_jax.flow import viz as flow_viz
-from pncnn_jax.runtime import run_files
 
 AUROC_AIM = 0.8
 C0_RATIO_AIM = 0.5
@@ -79,7 +79,7 @@ def table(rows: Mapping[str, Mapping[str, Any]]) -> str:
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for name, r in rows.items():
     conv = r.get("convergence")
-    flat = run_files.flat_label(conv["flat"], conv["epe_change_last_30pct"]) if conv else "n/a"
+    flat = evaluate_runs.flat_label(conv["flat"], conv["epe_change_last_30pct"]) if conv else "n/a"
     c0 = (f"{r['c0_corrupted']:.3g} / {r['c0_clean']:.3g}" if r.get("auroc_corrupted") is not None
           and not math.isnan(r["auroc_corrupted"]) else "n/a")
     cpu = cpu_minutes({name: r}) if r.get("time") else None  # all steps

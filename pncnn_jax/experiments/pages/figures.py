@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pathlib
 import textwrap
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -207,3 +207,27 @@ def _suptitle(fig: Any, text: str, fontsize: float) -> None:
   sides): about 1.9 characters per point of figure width per point of font size."""
   width = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
   fig.suptitle("\n".join(textwrap.fill(line, width) for line in text.split("\n")), fontsize=fontsize)
+
+
+def training_curves(rows_by_model: Mapping[str, Sequence[Mapping[str, object]]], path,
+                    key: str = "rmse") -> None:
+  """training_curves.png of the demo: validation `key` against the step, one line per model (rows as in
+  metrics.jsonl, split 'val')."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(5.5, 4))
+  for name, rows in rows_by_model.items():
+    pts = [(r["step"], r[key]) for r in rows if r.get("split") == "val" and isinstance(r.get(key), (int, float))]
+    if pts:
+      ax.plot(*zip(*pts), marker="o", label=name)
+  ax.set_xlabel("training step")
+  unit = {"rmse": "RMSE [mm]", "mae": "MAE [mm]"}.get(key, key)
+  ax.set_ylabel(f"validation {unit}")
+  ax.set_title("Validation during training", fontsize=10)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=110, format="png", bbox_inches="tight", pad_inches=0.1)
+  plt.close(fig)

@@ -11,7 +11,6 @@ import json
 import pathlib
 from typing import Any, Sequence
 
-from pncnn_jax import pretrained
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.experiments import claims as claims_lib
 from pncnn_jax.experiments import evaluate_runs
@@ -20,7 +19,6 @@ from pncnn_jax.experiments.flow import report as flow_report
 from pncnn_jax.experiments.pages import distance as pages_distance
 from pncnn_jax.experiments.pages import figures as pages_figures
 from pncnn_jax.experiments.pages import why as pages_why
-from pncnn_jax.runtime.run_files import flat_label
 from pncnn_jax.runtime.run_files import format_value as _f
 
 MAIN_ORDER = ("ncnn_oracle_c0", "ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked",
@@ -40,7 +38,7 @@ def _cells(name: str, e: dict[str, Any]) -> list[str]:
   """One run's cells of the results tables, in `HEADER`'s order."""
   m, u, c = e["metrics"], e["uncertainty"], e.get("c0")
   conv = e.get("convergence") or {"flat": False, "rmse_change_last_30pct": None}
-  flat = flat_label(conv["flat"], conv["rmse_change_last_30pct"])
+  flat = evaluate_runs.flat_label(conv["flat"], conv["rmse_change_last_30pct"])
   return [f"`{name}`", f"{e['params']:,}", _f(m["mae"]), _f(m["rmse"]), _f(m["imae"]), _f(m["irmse"]),
            _f(u["ause_pncnn"], 3), _f(u["ause_gustafsson"], 3), _f(u["auce"], 3), _f(u["nll"], 3),
            _f(c["auroc"], 3) if c else "0.5 (binary)", _f(c["auroc_depth_bins"], 3) if c else "0.5 (binary)",
@@ -332,7 +330,7 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any], *, other_page
 
 def shipped_lines(root: pathlib.Path | None = None) -> list[str]:
   """Which scale each shipped model (pncnn_jax/pretrained/synthetic/) was trained at."""
-  text = pretrained.describe_scales(root=root)
+  text = runs_lib.describe_scales(root=root)
   return [f"**Shipped weights** (`pncnn_jax/pretrained/synthetic/`, loadable as `synthetic:<name>`), by the scale "
           f"they were trained at: {text}.", ""] if text else []
 

@@ -9,7 +9,6 @@ from pncnn_jax.experiments import claims as claims_lib
 from pncnn_jax.experiments import evaluate_runs
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.experiments.pages import distance as pages_distance
-from pncnn_jax.runtime.run_files import flat_label
 
 
 def why(runs: dict[str, Any]) -> str:
@@ -190,7 +189,7 @@ def _lower_lr_seeds(runs: dict[str, Any], low: str, ref: str, rel) -> str:
 def _seed_row(runs: dict[str, Any], name: str, setting: str) -> str:
   """'| `name` (n) | setting | SEED_COLUMNS cells | val curve flat |' over the finished seeds of `name`'s recipe."""
   group = [runs[g] for g in (claims_lib.done_group(runs, name) or (name,))]
-  flat = ", ".join(flat_label(bool((r.get("convergence") or {}).get("flat")),
+  flat = ", ".join(evaluate_runs.flat_label(bool((r.get("convergence") or {}).get("flat")),
                               (r.get("convergence") or {}).get("rmse_change_last_30pct")) for r in group)
   return f"| `{name}` ({len(group)}) | {setting} | {claims_lib.seed_cells(group)} | {flat} |"
 
