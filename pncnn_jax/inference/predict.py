@@ -44,10 +44,19 @@ Any image size works: the input is zero-padded at the bottom and right to a mult
 the outputs are cropped back. Padding has zero input confidence, but NConv spreads confidence into it, so
 predictions within a few pixels of the bottom/right border differ slightly from --pad_multiple 1, which runs
 the network at the image's own size exactly as the reference does (it handles any size).
-Every output is written under a temporary name and renamed when complete, so a file under its normal name is
-never truncated. An input whose outputs all exist is skipped (an interrupted run is rerun by repeating the
-command; --overwrite redoes them). Frames stream one at a time (memory does not grow with their number), with a
-progress bar (rate, time left) on stderr when it is a terminal, and a summary line on stdout at the end.
+Every output is written under a temporary name and renamed when complete, so a file under its normal name is never
+truncated. DIR is one run's at a time: a second predict (or eval.py, or bag command) on it stops at once with one
+line naming the first (a `flock` on DIR, with DIR/RUNNING naming the holder while it runs), and
+DIR/pncnn_writer.json records the model (its weights' sha256) and the settings that wrote it. An input whose outputs
+all exist is skipped (an interrupted run is rerun by repeating the command; --overwrite redoes them); a rerun with
+another model or other settings (another --checkpoint, --variant, --fill_unsupported, --pad_multiple, --fusion,
+--precision_scales), or into a folder of outputs without that record, is refused with one line naming the fields
+that differ, before anything is written: --overwrite redoes every input with the new model (outputs of inputs that
+are not part of the new run stay, and are counted in a warning). An empty --input, --output or --points ("" from an
+unset shell variable) is refused; no output is written through a symlinked folder that leads out of DIR; a DIR
+inside the --input folder that an earlier predict wrote (it has pncnn_writer.json) is not read as input. Frames
+stream one at a time (memory does not grow with their number), with a progress bar (rate, time left) on stderr when
+it is a terminal, and a summary line on stdout at the end.
 Files that cannot be read or predicted are reported by name and skipped; the exit status is 1 if any file failed.
 An output that cannot be written (a full disk, a read-only place) stops the run with one line naming it, exit
 status 1. An --output folder that would overwrite an input (the input folder itself, the folder of an input
@@ -72,6 +81,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import errno
 import os
 import pathlib
 import sys
@@ -87,6 +98,7 @@ from pncnn_jax.data import io
 from pncnn_jax.ensemble import fusion
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.nn import models
+from pncnn_jax.runtime import run_files
 
 MULTIPLE = completer_lib.MULTIPLE  # three 2x2 poolings
 
@@ -185,15 +197,21 @@ def read_input(path: pathlib.Path, input_format: str = "auto", depth_scale: floa
 TMP_MARK = ".pncnn-tmp"  # in the temporary names outputs are written under before their rename (never inputs)
 
 
-def _walk_files(root: pathlib.Path, warn: Callable[[str], None]) -> list[pathlib.Path]:
+def _walk_files(root: pathlib.Path, warn: Callable[[str], None], exclude: pathlib.Path | None = None
+                ) -> list[pathlib.Path]:
   """Every file under `root`, following symlinked folders (each real folder once: a link back up a tree is a
-  loop, named and not followed); dangling links are named and skipped."""
+  loop, named and not followed), except under `exclude` (the output folder); dangling links are named and
+  skipped."""
   seen = {os.path.realpath(root)}
+  skip = os.path.realpath(exclude) if exclude is not None else None
   found = []
   for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
     for d in sorted(dirnames):
       full = pathlib.Path(dirpath) / d
       real = os.path.realpath(full)
+      if real == skip:  # predict's own outputs are not inputs
+        dirnames.remove(d)
+        continue
       if real in seen:
         warn(f"{full}: a symlinked folder already searched (a loop, or a second link to it); not followed")
         dirnames.remove(d)
@@ -208,12 +226,13 @@ def _walk_files(root: pathlib.Path, warn: Callable[[str], None]) -> list[pathlib
 
 
 def input_files(path: pathlib.Path, input_format: str = "auto", *, suffixes: set[str] | None = None,
-                warn: Callable[[str], None] | None = None, flag: str = "--input"
-                ) -> list[tuple[pathlib.Path, pathlib.Path]]:
+                warn: Callable[[str], None] | None = None, flag: str = "--input",
+                exclude: pathlib.Path | None = None) -> list[tuple[pathlib.Path, pathlib.Path]]:
   """(file, name relative to the input root) pairs: the file itself, or every file of the format (or of
   `suffixes`) under a folder, following symlinked folders (outputs of an earlier run, *_preview.png, *_valid.png,
-  *_sigma.npy, *_confidence.npy, and predict's temporary files, excepted). Dangling links and symlink loops are reported
-  through `warn` (default: a line on stderr). Two inputs that would write the same outputs (a.png and a.npy) are
+  *_sigma.npy, *_confidence.npy, and predict's temporary files, excepted; nothing under the folder `exclude`, the
+  output folder when it lies inside). Dangling links and symlink loops are reported through `warn` (default: a
+  line on stderr). Two inputs that would write the same outputs (a.png and a.npy) are
   a ValueError. Messages name `flag`, the command-line flag `path` came from."""
   warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
   if path.is_file():
@@ -225,7 +244,7 @@ def input_files(path: pathlib.Path, input_format: str = "auto", *, suffixes: set
   if suffixes is None:
     suffixes = {s for f, (sfx, _, _) in FORMATS.items() if input_format in ("auto", f) for s in sfx}
   skip = ("_preview.png", "_valid.png", "_sigma.npy", "_confidence.npy")
-  files = [p for p in _walk_files(path, warn)
+  files = [p for p in _walk_files(path, warn, exclude)
            if p.suffix.lower() in suffixes and not p.name.endswith(skip) and TMP_MARK not in p.name]
   if not files:
     raise FileNotFoundError(f"{flag} {path}: no {'/'.join(sorted(suffixes))} files in this directory"
@@ -243,9 +262,17 @@ def input_files(path: pathlib.Path, input_format: str = "auto", *, suffixes: set
 def check_output(files: list[tuple[pathlib.Path, pathlib.Path]], input_path: pathlib.Path,
                  output_dir: pathlib.Path) -> None:
   """Raises ValueError (naming --output) if writing the outputs of `files` under `output_dir` could overwrite an
-  input: `output_dir` is the input folder or the folder of an input file, or an output file is an input file."""
+  input: `output_dir` is the input folder or the folder of an input file, or an output file is an input file; or
+  if an output's folder is reached through a symlink that leads out of `output_dir` (a write the user never
+  named)."""
   real = lambda p: pathlib.Path(os.path.realpath(p))  # noqa: E731  (symlinks and '..' resolved)
   out = real(output_dir)
+  for _, rel in files:
+    folder = output_dir / rel.parent
+    if not real(folder).is_relative_to(out):
+      link = next((p for p in (output_dir / q for q in reversed(list(rel.parents)[:-1])) if p.is_symlink()), folder)
+      raise ValueError(f"--output {output_dir}: {link} is a symlink to {os.path.realpath(link)}, outside --output; "
+                       "predict does not write through it (remove the link or choose another --output)")
   inputs = {real(src) for src, _ in files}
   folders = {p.parent for p in inputs} | ({real(input_path)} if input_path.is_dir() else set())
   if out in folders:
@@ -413,6 +440,8 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
   output cannot be written during the run (full disk, read-only place), after the finished files. One file that
   fails otherwise (unreadable, no measurement, unpredictable) is reported on stderr and skipped.
   """
+  for value, flag in ((output_dir, "--output"), (input_path, "--input"), (points, "--points"), (calib, "--calib")):
+    run_files.require_path(value, flag)  # "" would be the current directory
   names = [n.strip() for n in str(checkpoint).split(",")]
   if not all(names):
     raise ValueError(f"--checkpoint {checkpoint!r}: an empty name between commas")
@@ -443,6 +472,9 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
     tqdm.write(f"warning: {message}", file=sys.stderr)
 
   out_root = pathlib.Path(output_dir)
+  # An earlier predict's output folder inside the input folder is not read back as input (a folder without its
+  # writer record may hold the user's inputs: check_output refuses writing into it).
+  exclude = out_root if (out_root / run_files.WRITER_FILE).is_file() else None
   if (points is None) == (input_path is None):
     raise ValueError("pass either --input (depth images) or --points with --calib (point clouds)")
   if points is not None:
@@ -453,14 +485,15 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
       raise ValueError("--input_format and --depth_scale apply to --input depth images, not to --points")
     points_lib.read_calibration(pathlib.Path(calib), camera)  # a wrong calibration: one error, before the model
     root = pathlib.Path(points)
-    files = input_files(root, "auto", suffixes=set(points_lib.POINT_SUFFIXES), warn=warn, flag="--points")
+    files = input_files(root, "auto", suffixes=set(points_lib.POINT_SUFFIXES), warn=warn, flag="--points",
+                        exclude=exclude)
     if root.is_file() and root.suffix.lower() not in points_lib.POINT_SUFFIXES:
       raise ValueError(f"--points {root}: expected a {'/'.join(points_lib.POINT_SUFFIXES)} point cloud")
     read = lambda src: (points_lib.sparse_depth_from_files(src, calib, camera=camera), "points", 1.0)  # noqa: E731
     default_format = "npy"
   else:
     root = pathlib.Path(input_path)
-    files = input_files(root, input_format, warn=warn)
+    files = input_files(root, input_format, warn=warn, exclude=exclude)
     if root.is_file():
       format_of(files[0][0], input_format)  # a file of the wrong type: one error, before the checkpoint loads
     read = lambda src: read_input(src, input_format, depth_scale)  # noqa: E731
@@ -478,6 +511,66 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
     fmt = output_format if output_format != "same" else format_of(src, input_format)
     return output_paths(out_root / rel.with_suffix(""), fmt, completer.has_sigma, preview)
 
+  planned = set()
+  for src, rel in files:
+    with contextlib.suppress(ValueError):  # a file of another type fails on its own, in the loop
+      planned.update(outputs_of(src, rel))
+  record = {"command": "predict", "checkpoint": ",".join(names), "model": model_record(completer),
+            # what changes the values a model writes for an input (not how inputs are read or outputs stored: one
+            # folder may hold the outputs of PNGs and of arrays, each in its own format)
+            "settings": {"variant": variant, "fusion": completer.fusion_rule, "precision_scales": precision_scales,
+                         "pad_multiple": multiple, "fill_unsupported": fill_unsupported}}
+  lock = _lock_output(out_root)
+  try:
+    replaced = run_files.claim_output(out_root, record, overwrite=overwrite,
+                                      has_outputs=any(os.path.lexists(p) for p in planned))
+  except BaseException:
+    lock.release()
+    raise
+  if replaced:
+    stale = sorted(p for p in out_root.rglob("*") if p.name.endswith(OUTPUT_SUFFIXES) and p not in planned
+                   and TMP_MARK not in p.name)
+    warn(f"--output {out_root} held {replaced}; --overwrite redoes every input with this model" + (
+        f", but {len(stale)} earlier output(s) of other inputs stay as they were (e.g. {stale[0]})" if stale else ""))
+  try:
+    return _predict_all(completer, files, read, out_root, outputs_of, output_format=output_format,
+                        preview=preview, overwrite=overwrite, progress=progress, warn=warn,
+                        n_warnings=lambda: n_warnings)
+  finally:
+    lock.release()
+
+
+def model_record(completer: completer_lib.Completer) -> dict[str, Any]:
+  """What identifies a loaded model in an output's writer record (`run_files.claim_output`): the sha256 of its
+  weights (an ensemble: of every member's), its loss and its network's settings."""
+  net = {f.name: repr(getattr(completer.model, f.name)) for f in dataclasses.fields(completer.model)
+         if f.name not in ("parent", "name")}
+  return {"weights_sha256": run_files.weights_digest(completer.variables), "loss": completer.loss, "network": net}
+
+
+def _lock_output(out_root: pathlib.Path) -> run_files.WorkdirLock:
+  """Creates `out_root` and takes its lock (`run_files.WorkdirLock`: one writer per output folder)."""
+  created = not out_root.exists()
+  try:
+    out_root.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise WriteError(e.errno, f"cannot write {e.filename or out_root}: {e.strerror or e}") from None
+  lock = run_files.WorkdirLock(out_root, flag="--output", what="predict run")
+  try:
+    return lock.acquire()
+  except BaseException:
+    if created:
+      with contextlib.suppress(OSError):
+        out_root.rmdir()
+    raise
+
+
+def _predict_all(completer: completer_lib.Completer, files: list[tuple[pathlib.Path, pathlib.Path]],
+                 read: Callable, out_root: pathlib.Path, outputs_of: Callable, *, output_format: str, preview: bool,
+                 overwrite: bool, progress: bool | None, warn: Callable[[str], None],
+                 n_warnings: Callable[[], int]) -> list[str]:
+  """The loop of `predict_files` over a locked and claimed output folder."""
+  real_root = pathlib.Path(os.path.realpath(out_root))
   failures, done, skipped, start = [], 0, 0, time.monotonic()
   bar = tqdm(files, unit="frame", file=sys.stderr, disable=None if progress is None else not progress,
              dynamic_ncols=True, smoothing=0.1)
@@ -489,6 +582,9 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
             skipped += 1
             continue
       try:
+        if not pathlib.Path(os.path.realpath(out_root / rel.parent)).is_relative_to(real_root):
+          raise WriteError(errno.EPERM, f"cannot write {out_root / rel.parent}: a symlink there leads out of "
+                                        f"--output {out_root}")
         sparse, fmt, scale = read(src)
         line = _predict_one(completer, sparse, src, fmt, scale, out_root / rel.with_suffix(""),
                             output_format=output_format, preview=preview, warn=warn)
@@ -507,7 +603,7 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
     bar.close()
   elapsed = time.monotonic() - start
   print(f"summary: {len(files)} input(s): {done} completed, {skipped} skipped (finished earlier"
-          f"{'' if overwrite else '; --overwrite redoes them'}), {len(failures)} failed, {n_warnings} warning(s), "
+          f"{'' if overwrite else '; --overwrite redoes them'}), {len(failures)} failed, {n_warnings()} warning(s), "
           f"{elapsed:.1f} s ({done / max(elapsed, 1e-9):.2f} frames/s)")
   return failures
 
@@ -557,7 +653,8 @@ def main(argv: list[str] | None = None) -> int:
                            "measurement within 8 px): every pixel a number, as before; default NaN there (0 in PNGs)")
   parser.add_argument("--no_preview", action="store_true", help="do not write <name>_preview.png (faster)")
   parser.add_argument("--overwrite", action="store_true",
-                      help="redo inputs whose outputs all exist (default: a rerun skips them)")
+                      help="redo inputs whose outputs all exist (default: a rerun skips them); also redo every "
+                           "input into an --output that another model or other settings wrote (default: refused)")
   parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                       help="the progress bar on stderr (auto: when stderr is a terminal)")
   args = parser.parse_args(argv)

@@ -1,17 +1,20 @@
 """The files of a run directory besides its checkpoints: config.json, metrics.jsonl, TensorBoard events, and the
 markdown tables of its evaluations (`markdown_table`).
 
-`write_config` writes the config a run starts with and refuses a workdir that holds a run of another variant;
-`MetricWriter` appends one JSON object per line ({"step", "split", "time", ...metrics}) and mirrors the scalars to
-TensorBoard when tensorboardX is installed. `WorkdirLock` makes a workdir one run's: an exclusive `flock` on the
-workdir folder itself (the kernel drops it when the process ends, however it ends, so a dead run never blocks the
-next), with `<workdir>/RUNNING` naming the holder (pid, host, start time) while it runs.
+`write_config` writes the config a run starts with and refuses a workdir that holds a run of another variant, or of
+other settings (`config_differences` names the fields) unless the change is allowed; `MetricWriter` appends one JSON
+object per line ({"step", "split", "time", ...metrics}) and mirrors the scalars to TensorBoard when tensorboardX is
+installed. `WorkdirLock` makes a folder one writer's: an exclusive `flock` on the folder itself (the kernel drops it
+when the process ends, however it ends, so a dead run never blocks the next), with `<folder>/RUNNING` naming the
+holder (what it is, pid, host, start time) while it runs. train.py locks its workdir; predict, eval.py and the bag
+command lock their output folder, and record which model wrote it in `<folder>/pncnn_writer.json` (`claim_output`).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -31,22 +34,25 @@ RUNNING_FILE = "RUNNING"
 
 
 class WorkdirBusyError(ValueError):
-  """Another training process holds the workdir (`WorkdirLock`): train.py prints it in one line, exit status 2."""
+  """Another process holds the folder (`WorkdirLock`): the commands print it in one line, exit status 2."""
 
 
 class WorkdirLock:
-  """One training run per workdir: an exclusive, non-blocking `flock` on the workdir folder.
+  """One writer per folder: an exclusive, non-blocking `flock` on the folder (a training workdir, an output folder).
 
-  `acquire()` takes it (or raises `WorkdirBusyError` naming the holder's pid and host from `<workdir>/RUNNING`) and
-  writes RUNNING; `release()` removes RUNNING and drops the lock. The lock is on the folder, not on a file that could
-  be replaced, and the kernel releases it when the process dies (SIGKILL included), so a stale RUNNING file of a
-  dead run is simply overwritten. Readers (eval.py, predict) take no lock and are never blocked. On a file system
-  without flock (some network mounts) the run goes on with a warning, unprotected. Usable as a context manager.
+  `acquire()` takes it (or raises `WorkdirBusyError` naming the holder, its pid and host from `<folder>/RUNNING`)
+  and writes RUNNING; `release()` removes RUNNING and drops the lock. The lock is on the folder, not on a file that
+  could be replaced, and the kernel releases it when the process dies (SIGKILL included), so a stale RUNNING file of
+  a dead run is simply overwritten. Readers (eval.py and predict reading a workdir) take no lock on what they read
+  and are never blocked. On a file system without flock (some network mounts) the run goes on with a warning,
+  unprotected. Usable as a context manager. `flag` names the folder in messages (`--workdir`, `--output`); `what`
+  is the holder, written into RUNNING for the message a second writer gets ('training run', 'predict run', ...).
   """
 
-  def __init__(self, workdir: str | os.PathLike):
+  def __init__(self, workdir: str | os.PathLike, *, flag: str = "--workdir", what: str = "training run"):
     self.workdir = pathlib.Path(workdir)
     self.info = self.workdir / RUNNING_FILE
+    self.flag, self.what = flag, what
     self._fd: int | None = None
 
   def acquire(self) -> WorkdirLock:
@@ -56,25 +62,29 @@ class WorkdirLock:
     except OSError as e:
       os.close(fd)
       if e.errno in (errno.EWOULDBLOCK, errno.EACCES):
-        raise WorkdirBusyError(f"--workdir {self.workdir} is in use by another training run ({self._holder()}); "
-                               "wait for it to end or choose another --workdir") from None
+        raise WorkdirBusyError(f"{self.flag} {self.workdir} is in use by another {self._holder()}; wait for it to "
+                               f"end or choose another {self.flag}") from None
       log.warning("%s: cannot lock the workdir (%s); two runs here would not be stopped", self.workdir, e)
       return self
     self._fd = fd
-    try:
-      self.info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                       "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+    try:  # a temporary name, then a rename: a link planted as RUNNING is replaced, never written through
+      tmp = self.info.with_name(f".{RUNNING_FILE}.{os.getpid()}.tmp")
+      tmp.write_text(json.dumps({"what": self.what, "pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+      os.replace(tmp, self.info)
     except OSError:
       self.release()
       raise
     return self
 
   def _holder(self) -> str:
+    """'<what> (pid P on host H, started T)' of the holder, from RUNNING (the lock's own `what` if it says none)."""
     try:
       info = json.loads(self.info.read_text())
-      return f"pid {info['pid']} on host {info['host']}, started {info['started']}"
-    except (OSError, ValueError, KeyError, TypeError):
-      return f"no readable {self.info}"
+      return (f"{info.get('what', self.what)} (pid {info['pid']} on host {info['host']}, started "
+              f"{info['started']})")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+      return f"{self.what} (no readable {self.info})"
 
   def release(self) -> None:
     if self._fd is None:
@@ -161,32 +171,169 @@ def _jsonable(v: Any) -> Any:
   return v
 
 
-def check_config_file(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> bool:
-  """Whether `<workdir>/config.json` differs from `config` (False when there is none); a ValueError naming the
-  file if it holds a run of another variant. Reads only."""
-  path = workdir / "config.json"
-  new = json.loads(config.to_json_best_effort())
-  if not path.exists():
-    return False
+# Fields that change how a run is watched or kept, not what it trains: a resume may change them freely.
+BOOKKEEPING_FIELDS = ("progress_bar", "log_every_steps", "checkpoint_every_steps", "max_to_keep", "num_panels",
+                      "eval_batch_size", "data.num_threads")
+
+
+class ConfigChangedError(ValueError):
+  """A rerun of a run with other settings than its config.json (`write_config`): one line naming the fields."""
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+  """The dotted names of the fields whose values differ between two nested dicts (`data.train_crop_height`), a
+  field present in one only included; sorted."""
+  names = []
+  for key in sorted(set(old) | set(new)):
+    a, b, name = old.get(key), new.get(key), f"{prefix}{key}"
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+      names += config_differences(a, b, f"{name}.")
+    elif key not in old or key not in new or a != b:
+      names.append(name)
+  return names
+
+
+def _lookup(tree: Mapping[str, Any], name: str) -> Any:
+  for part in name.split("."):
+    tree = tree.get(part, "(none)") if isinstance(tree, Mapping) else "(none)"
+  return tree
+
+
+def describe_differences(old: Mapping[str, Any], new: Mapping[str, Any], names: list[str], limit: int = 4) -> str:
+  """'a.b: 1 -> 2, c: 'x' -> 'y'' for the first `limit` of `names`, then 'and N more'."""
+  parts = [f"{n}: {_lookup(old, n)!r} -> {_lookup(new, n)!r}" for n in names[:limit]]
+  return ", ".join(parts) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _read_json(path: pathlib.Path) -> Any:
   try:
-    old = json.loads(path.read_text())
-  except (json.JSONDecodeError, UnicodeDecodeError):
-    old = None
-  if not isinstance(old, dict) or old == new:
-    return False
-  if old.get("variant") != new.get("variant"):
-    raise ValueError(f"{path} holds a run of variant {old.get('variant')!r}, but config.variant is "
-                     f"{new.get('variant')!r}: use another --workdir")
-  return True
+    return json.loads(path.read_text())
+  except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    return None
 
 
-def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> None:
-  """Writes `<workdir>/config.json`; a ValueError if it holds a run of another variant, a warning if it differs."""
-  path = workdir / "config.json"
-  if check_config_file(config, workdir):
-    log.warning("config differs from the one in %s; resuming with the new config", path)
+def check_config_file(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> list[str]:
+  """The fields in which `<workdir>/config.json` differs from `config` (`config_differences`, the
+  BOOKKEEPING_FIELDS left out; empty when there is no readable file); a ValueError naming the file if it holds a
+  run of another variant. Reads only."""
+  old = _read_json(workdir / "config.json")
   new = json.loads(config.to_json_best_effort())
-  path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+  if not isinstance(old, dict) or old == new:
+    return []
+  if old.get("variant") != new.get("variant"):
+    raise ValueError(f"{workdir / 'config.json'} holds a run of variant {old.get('variant')!r}, but config.variant "
+                     f"is {new.get('variant')!r}: use another --workdir")
+  return [n for n in config_differences(old, new) if n not in BOOKKEEPING_FIELDS]
+
+
+def check_config_change(config: ml_collections.ConfigDict, workdir: pathlib.Path, *, step: int,
+                        allow_change: bool = False) -> str:
+  """What `write_config` checks, reading only: '' when `<workdir>/config.json` holds these settings (or there is no
+  checkpoint yet, `step` 0), else the fields that differ as 'name: old -> new, ...' if `allow_change`, and a
+  ConfigChangedError naming them if not."""
+  changed = check_config_file(config, workdir)
+  if not changed or step <= 0:
+    return ""
+  path = workdir / "config.json"
+  what = describe_differences(_read_json(path), json.loads(config.to_json_best_effort()), changed)
+  if not allow_change:
+    raise ConfigChangedError(f"{path} holds the settings this run was trained with until step {step}, and "
+                             f"{len(changed)} field(s) differ: {what}; pass --allow_config_change to continue it with "
+                             "the new settings, or use another --workdir")
+  return what
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path, *, step: int = 0,
+                 allow_change: bool = False) -> None:
+  """Writes `<workdir>/config.json` (atomically). A ValueError if it holds a run of another variant; a
+  ConfigChangedError naming the fields that differ if the run has checkpoints (`step` > 0, the step it resumes
+  from) and was trained with other settings, unless `allow_change` (train.py --allow_config_change): then the run
+  goes on with the new settings, and the config it was trained with until `step` is kept as
+  `config.until_step_<step>.json`. Before the first checkpoint nothing was trained: the new config replaces it."""
+  path = workdir / "config.json"
+  what = check_config_change(config, workdir, step=step, allow_change=allow_change)
+  new = json.loads(config.to_json_best_effort())
+  if what:
+    kept = workdir / f"config.until_step_{step}.json"
+    os.replace(path, kept)
+    log.warning("continuing the run from step %d with other settings (%s); the earlier config is kept as %s", step,
+                what, kept)
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+  os.replace(tmp, path)
+
+
+WRITER_FILE = "pncnn_writer.json"  # in an output folder: which command and model wrote it (`claim_output`)
+
+
+def weights_digest(variables: Any) -> str:
+  """sha256 (hex) of a tree of arrays: every leaf's path, dtype, shape and bytes, in the tree's order. Two
+  checkpoints of the same weights have the same digest, whatever they were loaded from."""
+  h = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(variables)[0]:
+    a = np.ascontiguousarray(jax.device_get(leaf))
+    h.update(f"{jax.tree_util.keystr(path)}|{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+class OutputOwnedError(ValueError):
+  """An output folder holds what another model or other settings wrote (`claim_output`)."""
+
+
+def read_writer(folder: str | os.PathLike) -> dict[str, Any] | None:
+  """The record of `<folder>/pncnn_writer.json`, or None when there is none (or it cannot be read)."""
+  record = _read_json(pathlib.Path(folder) / WRITER_FILE)
+  return record if isinstance(record, dict) else None
+
+
+def write_writer(folder: str | os.PathLike, record: Mapping[str, Any]) -> None:
+  """Writes `<folder>/pncnn_writer.json` atomically (a temporary name, then a rename), with the time."""
+  path = pathlib.Path(folder) / WRITER_FILE
+  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  try:
+    tmp.write_text(json.dumps({**record, "written": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2, sort_keys=True)
+                   + "\n")
+    os.replace(tmp, path)
+  finally:
+    tmp.unlink(missing_ok=True)
+
+
+def claim_output(folder: str | os.PathLike, record: Mapping[str, Any], *, flag: str = "--output",
+                 overwrite: bool = False, has_outputs: bool = True) -> str | None:
+  """Makes a (locked) output folder `record`'s: {'command', 'checkpoint' (for messages), 'model' and 'settings'
+  (compared)}. A folder without a record and without outputs (`has_outputs` False), or with the same command, model
+  and settings, is claimed; otherwise OutputOwnedError, one line naming the file, the fields that differ and the
+  way out, unless `overwrite`: then the new record replaces the old, and the description of what was replaced is
+  returned (None when nothing was). Writes the record atomically."""
+  folder = pathlib.Path(folder)
+  old = read_writer(folder)
+  keys = ("command", "model", "settings")
+  if old is None and not has_outputs:
+    write_writer(folder, record)
+    return None
+  if old is not None and all(old.get(k) == record.get(k) for k in keys):
+    if old != {**record, "written": old.get("written")}:
+      write_writer(folder, record)
+    return None
+  if old is None:
+    what = f"outputs without a record of the model that wrote them (no {folder / WRITER_FILE})"
+  else:
+    fields = config_differences({k: old.get(k) for k in keys}, {k: record.get(k) for k in keys})
+    what = (f"the outputs of {old.get('command')} with checkpoint {old.get('checkpoint')!r} "
+            f"({folder / WRITER_FILE}; differs in {', '.join(fields)})")
+  if not overwrite:
+    raise OutputOwnedError(f"{flag} {folder} holds {what}; pass --overwrite to replace them, or choose another "
+                           f"{flag}")
+  write_writer(folder, record)
+  return what
+
+
+def require_path(value: str | os.PathLike | None, flag: str) -> None:
+  """A ValueError naming `flag` when a path was given empty (`--output ""`, `--workdir $UNSET`), which every path
+  function would read as the current directory. None (not given) passes."""
+  if value is not None and not os.fspath(value).strip():
+    raise ValueError(f"{flag} is empty (an unset shell variable?); name the folder or file")
 
 
 def check_writable(folder: str | os.PathLike) -> None:

@@ -7,8 +7,10 @@ is no traceback, and that the inputs are unchanged."""
 
 import errno
 import importlib.util
+import json
 import os
 import pathlib
+import socket
 import tracemalloc
 
 import numpy as np
@@ -187,6 +189,8 @@ def _fail_on_call(n, code, monkeypatch, exc=None):
   real_replace = os.replace
 
   def replace(src, dst):
+    if predict.TMP_MARK not in str(src):  # RUNNING and pncnn_writer.json, not an output
+      return real_replace(src, dst)
     calls["n"] += 1
     if calls["n"] == n:
       data = pathlib.Path(src).read_bytes()
@@ -216,7 +220,7 @@ def test_a_full_disk_or_read_only_output_is_one_line_and_leaves_no_truncated_fil
                                           "2 frame(s) finished before it, whose outputs are complete (rerun to "
                                           "continue)"), err
   assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f0_valid.png", "f1.npy",
-                                                   "f1_confidence.npy", "f1_valid.png"]
+                                                   "f1_confidence.npy", "f1_valid.png", "pncnn_writer.json"]
   for p in out.glob("*.npy"):
     assert np.load(p).shape == SHAPE  # complete files only
   rc, log, err = _run(capsys, "--input", d, "--output", out)
@@ -235,7 +239,8 @@ def test_ctrl_c_is_one_line_and_leaves_complete_files(tmp_path, capsys, monkeypa
     rc, _, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 130 and err.strip() == ("interrupted: the outputs written so far are complete; rerun the command to "
                                        "finish the rest"), err
-  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f0_valid.png"]  # no temporary
+  assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f0_valid.png",
+                                                   "pncnn_writer.json"]  # no temporary file, no RUNNING
   rc, log, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 0 and "3 input(s): 2 completed, 1 skipped" in log, log
 
@@ -305,3 +310,102 @@ def test_points_and_calibration_are_completed(tmp_path, capsys):
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "07" in err and not (tmp_path / "p").exists()
   rc, _, err = _run(capsys, "--points", tmp_path / "scan.npy", "--output", tmp_path / "p")
   assert rc == 2 and "--points needs --calib" in err and not (tmp_path / "p").exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Issue 50.2 and 50.4: one writer per output folder, which records its model; paths only where the user named.
+
+
+def _inputs(tmp_path, n=2):
+  d = tmp_path / "in"
+  d.mkdir()
+  for i in range(n):
+    np.save(d / f"f{i}.npy", _frame(i))
+  return d
+
+
+def test_a_second_writer_on_the_output_stops_at_once(tmp_path, capsys):
+  """Two predict runs into one --output both exited 0 and left a mix of their frames. The output folder is locked
+  as train.py locks its workdir (held here by the test process, as a running predict would): the second run stops
+  with one line naming the first and writes nothing."""
+  from pncnn_jax.runtime import run_files  # pylint: disable=g-import-not-at-top
+  d, out = _inputs(tmp_path), tmp_path / "o"
+  out.mkdir()
+  with run_files.WorkdirLock(out, flag="--output", what="predict run") as lock:
+    started = json.loads(lock.info.read_text())["started"]
+    rc, _, err = _run(capsys, "--input", d, "--output", out)
+    assert sorted(p.name for p in out.iterdir()) == ["RUNNING"]
+  assert rc == 2 and err.strip() == (
+      f"error: --output {out} is in use by another predict run (pid {os.getpid()} on host {socket.gethostname()}, "
+      f"started {started}); wait for it to end or choose another --output"), err
+  assert not any(out.iterdir())
+
+
+def test_a_rerun_with_another_model_is_refused_or_redone(tmp_path, capsys):
+  """A rerun with another --checkpoint skipped the 'finished' files of the old model (exit 0, a folder of one
+  model's frames claimed by another). The output records its writer (pncnn_writer.json: the weights' sha256 and
+  the settings); another model is refused in one line, nothing changed, and --overwrite redoes every input."""
+  d, out = _inputs(tmp_path), tmp_path / "o"
+  rc, _, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 0, err
+  record = json.loads((out / "pncnn_writer.json").read_text())
+  assert record["checkpoint"] == MODEL and len(record["model"]["weights_sha256"]) == 64
+  first = _snapshot(out)
+  other = "synthetic:ncnn_conf_l1"
+  rc, log, err = _run(capsys, "--input", d, "--output", out, "--checkpoint", other)
+  assert rc == 2 and err.strip() == (
+      f"error: --output {out} holds the outputs of predict with checkpoint '{MODEL}' ({out / 'pncnn_writer.json'}; "
+      "differs in model.network.conf_estimator, model.weights_sha256); pass --overwrite to replace them, or choose "
+      "another --output"), err
+  assert _snapshot(out) == first
+  rc, _, err = _run(capsys, "--input", d, "--output", out, "--fill_unsupported")  # another setting, same model
+  assert rc == 2 and "differs in settings.fill_unsupported" in err and _snapshot(out) == first, err
+  rc, log, err = _run(capsys, "--input", d, "--output", out, "--checkpoint", other, "--overwrite")
+  assert rc == 0 and "2 input(s): 2 completed, 0 skipped" in log, (log, err)
+  assert json.loads((out / "pncnn_writer.json").read_text())["checkpoint"] == other
+  assert all(_snapshot(out)[p] != first[p] for p in first if p.name.endswith((".npy")))
+  (out / "pncnn_writer.json").unlink()  # outputs of an older version, or copied in: which model is unknown
+  rc, _, err = _run(capsys, "--input", d, "--output", out, "--checkpoint", other)
+  assert rc == 2 and "holds outputs without a record of the model that wrote them" in err, err
+
+
+def test_empty_paths_are_refused(tmp_path, capsys, monkeypatch):
+  """--output "" (an unset shell variable) wrote the predictions into the current directory; --input "" read it."""
+  d, cwd = _inputs(tmp_path), tmp_path / "cwd"
+  cwd.mkdir()
+  np.save(cwd / "x.npy", _frame(5))
+  monkeypatch.chdir(cwd)
+  before = _snapshot(cwd)
+  for args, flag in (((d, ""), "--output"), (("", tmp_path / "o"), "--input")):
+    rc, _, err = _run(capsys, "--input", args[0], "--output", args[1])
+    assert rc == 2 and err.strip() == f"error: {flag} is empty (an unset shell variable?); name the folder or file"
+  assert _snapshot(cwd) == before and not (tmp_path / "o").exists()
+
+
+def test_no_write_follows_a_symlink_out_of_the_output(tmp_path, capsys):
+  """A folder symlink inside --output (out/sub -> elsewhere) took the predictions of in/sub/ to a place the user
+  never named. Refused in one line before anything is written."""
+  d = tmp_path / "in"
+  (d / "sub").mkdir(parents=True)
+  np.save(d / "sub" / "a.npy", _frame())
+  out, elsewhere = tmp_path / "o", tmp_path / "elsewhere"
+  out.mkdir()
+  elsewhere.mkdir()
+  (out / "sub").symlink_to(elsewhere, target_is_directory=True)
+  rc, _, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 2 and err.strip() == (
+      f"error: --output {out}: {out / 'sub'} is a symlink to {elsewhere}, outside --output; predict does not write "
+      "through it (remove the link or choose another --output)"), err
+  assert not any(elsewhere.iterdir()) and sorted(p.name for p in out.iterdir()) == ["sub"]
+
+
+def test_an_output_inside_the_input_is_not_read_back(tmp_path, capsys):
+  """--input d --output d/out: the rerun read the first run's predictions as inputs (and refused its own output
+  folder as 'the folder of the input files'). A predict output folder inside the input is excluded."""
+  d = _inputs(tmp_path)
+  out = d / "out"
+  rc, log, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 0 and "2 input(s): 2 completed" in log, err
+  rc, log, err = _run(capsys, "--input", d, "--output", out)
+  assert rc == 0 and "2 input(s): 0 completed, 2 skipped" in log, (log, err)
+  assert not (out / "out").exists()
