@@ -24,7 +24,12 @@ depth that is not negative. Elsewhere (e.g. the rows above a LiDAR) the network 
 there would be a point to depth_image_proc; --fill_unsupported writes the network's values there anyway (depth
 clamped at 0: every pixel a number), with <namespace>/valid still marking them. A frame without any measurement
 is written as NaN depth and sigma, valid all 0, and counted in the summary.
-If the conversion fails or is interrupted, OUT is removed: nothing half-written is left under its name.
+If the conversion fails or is interrupted (an error, a full disk, Ctrl-C, SIGTERM), OUT is removed: nothing
+half-written is left under its name; a full disk is one line (exit status 1), SIGTERM one line (exit status 143).
+While it runs OUT is the conversion's (a `flock` on it, OUT/RUNNING naming it: a second bag command, predict or
+eval.py there stops at once), and OUT/pncnn_writer.json records the model and input that wrote it. A conversion
+killed with SIGKILL (no handler runs) leaves OUT without metadata.yaml: a rerun names it a partial conversion, and
+--overwrite replaces it. --overwrite also replaces a finished bag this command wrote; nothing else is ever replaced.
 
 Inputs (REP 118):
   --depth_topic        sensor_msgs/Image, 32FC1 in metres (NaN, +-Inf and values <= 0: no measurement) or
@@ -45,8 +50,8 @@ Inputs (REP 118):
                        /tf and /tf_static are not read: a calibration file is explicit, versioned with the data,
                        and does not depend on which transforms a recording happened to capture.
 
-Errors (a bag without the named topic, a topic of another type, an unsupported encoding, an existing OUT) are one
-line on stderr and exit status 2; nothing is written.
+Errors (a bag without the named topic, a topic of another type, an unsupported encoding, an existing OUT, an empty
+--input or --output) are one line on stderr and exit status 2; nothing is written.
 """
 
 from __future__ import annotations
@@ -57,7 +62,10 @@ import dataclasses
 import os
 import pathlib
 import shutil
+import signal
+import sqlite3
 import sys
+import threading
 import time
 import warnings
 from typing import Any, Callable
@@ -65,6 +73,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pncnn_jax.data import points as points_lib
+from pncnn_jax.runtime import run_files
 from pncnn_jax.runtime.cli import first_line
 
 IMAGE, CAMERA_INFO, POINTCLOUD2 = "sensor_msgs/msg/Image", "sensor_msgs/msg/CameraInfo", "sensor_msgs/msg/PointCloud2"
@@ -168,11 +177,40 @@ def _info_at(infos: list[tuple[int, Any]], stamp: int) -> Any:
   return before[-1] if before else infos[0][1]
 
 
-def check_output(output: str | os.PathLike) -> pathlib.Path:
-  """OUT must not exist (a new bag directory)."""
+class Terminated(BaseException):
+  """SIGTERM arrived during a conversion (`complete_bag` removes the partial bag; main exits 143)."""
+
+
+class BagWriteError(OSError):
+  """The new bag could not be written (a full disk, ...): one line naming it; the partial bag was removed."""
+
+
+def _lock(out: pathlib.Path) -> run_files.WorkdirLock:
+  return run_files.WorkdirLock(out, flag="--output", what="bag conversion")
+
+
+def check_output(output: str | os.PathLike, overwrite: bool = False) -> pathlib.Path:
+  """OUT must not exist (a new bag directory), unless `overwrite` and it is a bag this command wrote (it holds our
+  pncnn_writer.json): finished (with metadata.yaml) or partial (without: a conversion killed by SIGKILL). A folder
+  in use by another conversion, a partial conversion without `overwrite`, or anything else that exists is a
+  one-line error naming OUT and the way out. Reads only."""
+  run_files.require_path(output, "--output")
   out = pathlib.Path(output)
-  if out.exists() or out.is_symlink():
-    raise FileExistsError(f"--output {out} already exists; name a new bag directory (nothing is overwritten)")
+  record = run_files.read_writer(out) if out.is_dir() and not out.is_symlink() else None
+  if record is not None and record.get("command") == "rosbag":
+    with _lock(out):  # WorkdirBusyError while a conversion writes it
+      pass
+    if not (out / "metadata.yaml").is_file():
+      if not overwrite:
+        raise FileExistsError(f"--output {out} is a partial bag conversion (no metadata.yaml: a conversion of "
+                              f"{record.get('input')} was killed before it finished); pass --overwrite to replace it")
+    elif not overwrite:
+      raise FileExistsError(f"--output {out} already exists (a bag completed from {record.get('input')} with "
+                            f"checkpoint {record.get('checkpoint')!r}); pass --overwrite to replace it, or name a new "
+                            "bag directory")
+  elif out.exists() or out.is_symlink():
+    raise FileExistsError(f"--output {out} already exists; name a new bag directory (nothing is overwritten"
+                          + ("; --overwrite replaces only a bag this command wrote)" if overwrite else ")"))
   if not out.parent.is_dir():
     raise FileNotFoundError(f"--output {out}: its folder {out.parent} does not exist")
   return out
@@ -181,17 +219,19 @@ def check_output(output: str | os.PathLike) -> pathlib.Path:
 def complete_bag(input_bag: str | os.PathLike, output_bag: str | os.PathLike, completer: Any, *,
                  depth_topic: str | None = None, points_topic: str | None = None,
                  camera_info_topic: str | None = None, calib: str | os.PathLike | None = None,
-                 namespace: str = "/pncnn", progress: bool = True,
+                 namespace: str = "/pncnn", progress: bool = True, overwrite: bool = False,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
   """What `python -m pncnn_jax.inference.rosbag` does (module doc), with a loaded `completer`
   (`pncnn_jax.inference.completer.Completer`: (H, W) metres -> depth [m], sigma [m]). Returns a summary dict.
 
   Raises FileNotFoundError / FileExistsError / ValueError (one line naming the flag or the bag) before writing
-  anything for a wrong bag, topic, calibration or output; OUT is removed if the conversion fails afterwards.
+  anything for a wrong bag, topic, calibration or output (`check_output`; `overwrite` replaces a bag this command
+  wrote); OUT is removed if the conversion fails afterwards (BagWriteError for a write that fails, Terminated for
+  SIGTERM).
   """
   frames = _Frames(input_bag, depth_topic=depth_topic, points_topic=points_topic,
                    camera_info_topic=camera_info_topic, calib=calib)
-  out = check_output(output_bag)
+  out = check_output(output_bag, overwrite)
   return frames.complete(out, completer, namespace=namespace.rstrip("/"), progress=progress, log=log)
 
 
@@ -206,6 +246,7 @@ class _Frames:
     if points_topic is not None and camera_info_topic is None:
       raise ValueError("--points_topic needs --camera_info_topic: the camera the points are projected into")
     self.Reader, self.Writer, self.typestore = _rosbags()
+    run_files.require_path(input_bag, "--input")
     self.bag = pathlib.Path(input_bag)
     if not self.bag.exists():
       raise FileNotFoundError(f"--input {self.bag}: no such bag")
@@ -273,10 +314,26 @@ class _Frames:
     source = f"{self.topic} ({'PointCloud2' if self.points else 'Image'})" + (
         f" with camera info {self.info_topic}" if self.info_topic else " (no camera info)")
     log(f"reading {self.bag}: {self.count} frames on {source}")
+    from pncnn_jax.inference import predict  # pylint: disable=g-import-not-at-top
+
+    if out.exists():  # `check_output` let it through: a bag this command wrote, replaced (--overwrite)
+      with _lock(out):
+        shutil.rmtree(out)
+      log(f"removed {out}, a bag this command wrote earlier (--overwrite)")
+    record = {"command": "rosbag", "checkpoint": completer.name, "input": str(self.bag), "topic": self.topic,
+              "model": predict.model_record(completer), "settings": {"fill_unsupported": fill,
+                                                                     "namespace": namespace}}
     t0 = time.perf_counter()
     empty, far, n, invalid, pixels = [], 0, 0, 0, 0
+    lock, created = None, False
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM: clean up as for Ctrl-C
+      previous = signal.signal(signal.SIGTERM, _terminate)
     try:
       with self._reader() as reader, self.Writer(out, version=BAG_VERSION) as writer:
+        created = True  # the Writer made OUT (it refuses an existing one): ours to remove on failure
+        lock = _lock(out).acquire()
+        run_files.write_writer(out, record)
         conns = {k: writer.add_connection(t, CAMERA_INFO if k == "camera_info" else IMAGE, typestore=ts)
                  for k, t in topics.items() if k != "camera_info" or self.info_topic}
         bar = tqdm(total=self.count, unit="frame", desc="completing", disable=not progress, file=sys.stderr)
@@ -311,9 +368,19 @@ class _Frames:
           n += 1
           bar.update()
         bar.close()
-    except BaseException:
-      shutil.rmtree(out, ignore_errors=True)  # ours, new: nothing half-written stays under the user's name
+    except BaseException as e:
+      if lock is not None:
+        lock.release()
+      if created:
+        shutil.rmtree(out, ignore_errors=True)  # ours, new: nothing half-written stays under the user's name
+      if isinstance(e, (sqlite3.Error, OSError)) and created:  # a full disk: sqlite3's "database or disk is full"
+        raise BagWriteError(getattr(e, "errno", None) or 0,
+                            f"cannot write {out}: {first_line(e)}; the partial bag was removed") from None
       raise
+    finally:
+      if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+    lock.release()
     seconds = time.perf_counter() - t0
     unit = "metres" if completer.has_sigma else "unitless, not calibrated"
     info = f", {topics['camera_info']}" if self.info_topic else ""
@@ -331,6 +398,11 @@ class _Frames:
           f"trained on; their depth and sigma near those points are extrapolations")
     return {"frames": n, "empty": empty, "out_of_range": far, "topics": topics, "seconds": seconds,
             "invalid_fraction": invalid / max(pixels, 1)}
+
+
+def _terminate(signum, frame) -> None:
+  del signum, frame
+  raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -353,19 +425,28 @@ def main(argv: list[str] | None = None) -> int:
                       help="write the network's depth (clamped at 0) and sigma also where they are not valid (no "
                            "measurement within 8 px): every pixel a number; default NaN there")
   parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="replace an OUT that this command wrote: a finished bag, or a partial one left by a killed "
+                           "conversion (anything else is never replaced)")
   a = parser.parse_args(argv)
   out = pathlib.Path(a.output)
   try:
     frames = _Frames(a.input, depth_topic=a.depth_topic, points_topic=a.points_topic,
                      camera_info_topic=a.camera_info_topic, calib=a.calib)
-    out = check_output(a.output)
+    out = check_output(a.output, a.overwrite)
     if not a.namespace.startswith("/") or a.namespace.rstrip("/") == "":
       raise ValueError(f"--namespace {a.namespace!r}: expected an absolute topic prefix such as /pncnn")
     completer = completer_lib.Completer.from_checkpoint(a.checkpoint, fill_unsupported=a.fill_unsupported)
     frames.complete(out, completer, namespace=a.namespace.rstrip("/"), progress=not a.no_progress, log=print)
+  except BagWriteError as e:
+    print(f"error: {e.strerror}", file=sys.stderr)
+    return 1
   except (ValueError, FileNotFoundError, FileExistsError, ImportError, OSError) as e:
     print(f"error: {first_line(e)}", file=sys.stderr)
     return 2
+  except Terminated:
+    print(f"error: terminated (SIGTERM); the partial bag {out} was removed", file=sys.stderr)
+    return 128 + signal.SIGTERM
   except KeyboardInterrupt:
     print(f"error: interrupted; {out} was not written", file=sys.stderr)
     return 130

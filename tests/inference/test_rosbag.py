@@ -4,6 +4,10 @@ equal to the Completer's on the same sparse input (NaN where not valid, with a m
 unchanged; bad input is one line."""
 
 import hashlib
+import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +18,8 @@ pytest.importorskip("rosbags")
 from pncnn_jax.data import points  # noqa: E402
 from pncnn_jax.inference import completer as completer_lib  # noqa: E402
 from pncnn_jax.inference import rosbag  # noqa: E402
+
+from conftest import REPO  # noqa: E402
 
 MODEL = "synthetic:pncnn_masked"  # a pNCNN: it has a sigma
 H, W = 12, 20  # pads to 16 x 24: one compiled program for every frame of both bags
@@ -293,3 +299,127 @@ def test_decoders_on_unusual_layouts(ros):
                                              for i, n in enumerate("xyz")],
       is_bigendian=True, point_step=27, row_step=59, data=rows.ravel(), is_dense=True)
   np.testing.assert_array_equal(rosbag.pointcloud2_to_xyz(cloud), xyz)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Issue 50.2 and 50.4: interrupted conversions, a full disk, empty paths, reruns.
+
+STOP_AFTER_FIRST_FRAME = """
+import runpy, sys, time
+from rosbags.rosbag2 import storage_sqlite3
+write, calls = storage_sqlite3.Sqlite3Writer.write, [0]
+def stop(self, *a):  # the first frame's depth, sigma and valid images are in the .db3: wait for the test's signal
+  write(self, *a)
+  calls[0] += 1
+  if calls[0] == 3:
+    print("WRITING", flush=True)
+    time.sleep(120)
+storage_sqlite3.Sqlite3Writer.write = stop
+sys.argv = ["rosbag"] + sys.argv[1:]
+runpy.run_module("pncnn_jax.inference.rosbag", run_name="__main__")
+"""
+
+FULL_DISK = """
+import runpy, sqlite3, sys
+from rosbags.rosbag2 import storage_sqlite3
+def full(self, *a):  # what sqlite3 raises when the disk fills up under it (SQLITE_FULL)
+  raise sqlite3.OperationalError("database or disk is full")
+storage_sqlite3.Sqlite3Writer.write = full
+sys.argv = ["rosbag"] + sys.argv[1:]
+runpy.run_module("pncnn_jax.inference.rosbag", run_name="__main__")
+"""
+
+
+def _depth_bag(tmp_path, ros, frames=3):
+  ts = ros[2]
+  rng = np.random.default_rng(5)
+  inp = tmp_path / "in"
+  _write(inp, ros, [("/camera/depth/image", rosbag.IMAGE, 10 + i, _image(
+      ts, _header(ts, i, 0, "cam"), np.where(rng.random((H, W)) < 0.3, rng.uniform(2, 40, (H, W)), 0), "32FC1"))
+      for i in range(frames)])
+  return inp
+
+
+def _command(script, inp, out, *extra):
+  return subprocess.Popen([sys.executable, "-c", script, "--input", str(inp), "--output", str(out), "--checkpoint",
+                           MODEL, "--depth_topic", "/camera/depth/image", "--no_progress", *extra], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def _wait_for_writing(p):
+  for line in p.stdout:
+    if line.strip() == "WRITING":
+      return
+  pytest.fail(f"the conversion ended before writing: {p.wait()} {p.stderr.read()[-3000:]}")
+
+
+def test_sigterm_removes_the_partial_bag_in_one_line(tmp_path, ros):
+  """SIGTERM (a job scheduler, `kill`) left a .db3 without metadata.yaml, which a rerun refused as existing."""
+  inp, out = _depth_bag(tmp_path, ros), tmp_path / "out"
+  p = _command(STOP_AFTER_FIRST_FRAME, inp, out)
+  try:
+    _wait_for_writing(p)
+    assert (out / "out.db3").is_file()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+  finally:
+    p.kill()
+  assert p.returncode == 143 and err.strip() == f"error: terminated (SIGTERM); the partial bag {out} was removed", err
+  assert not out.exists()
+
+
+def test_sigkill_leaves_a_partial_bag_that_a_rerun_names_and_replaces(tmp_path, ros, capsys):
+  """After SIGKILL (no handler runs) the rerun said only 'already exists'. Now it names the partial conversion,
+  --overwrite replaces it, and the result is a complete bag; a finished bag is replaced only with --overwrite, and
+  a folder this command did not write never."""
+  inp, out = _depth_bag(tmp_path, ros), tmp_path / "out"
+  p = _command(STOP_AFTER_FIRST_FRAME, inp, out)
+  try:
+    _wait_for_writing(p)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+  finally:
+    p.kill()
+  assert (out / "out.db3").is_file() and not (out / "metadata.yaml").exists()
+  args = ["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--depth_topic", "/camera/depth/image",
+          "--no_progress"]
+  assert rosbag.main(args) == 2
+  assert capsys.readouterr().err.strip() == (
+      f"error: --output {out} is a partial bag conversion (no metadata.yaml: a conversion of {inp} was killed before "
+      "it finished); pass --overwrite to replace it")
+  assert rosbag.main(args + ["--overwrite"]) == 0
+  capsys.readouterr()
+  got = _read(out, ros)
+  assert sorted(got) == ["/pncnn/depth", "/pncnn/sigma", "/pncnn/valid"] and len(got["/pncnn/depth"]) == 3
+  assert sorted(p.name for p in out.iterdir()) == ["metadata.yaml", "out.db3", "pncnn_writer.json"]
+  assert rosbag.main(args) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(f"error: --output {out} already exists (a bag completed from {inp} with checkpoint ") and \
+      err.endswith("pass --overwrite to replace it, or name a new bag directory"), err
+  (tmp_path / "mine").mkdir()
+  (tmp_path / "mine" / "notes.txt").write_text("x")
+  assert rosbag.main(args[:2] + ["--output", str(tmp_path / "mine")] + args[4:] + ["--overwrite"]) == 2
+  assert "replaces only a bag this command wrote" in capsys.readouterr().err
+  assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+
+
+def test_a_full_disk_is_one_line(tmp_path, ros):
+  """A full disk ended in a sqlite3 traceback."""
+  inp, out = _depth_bag(tmp_path, ros, frames=1), tmp_path / "out"
+  p = _command(FULL_DISK, inp, out)
+  _, err = p.communicate(timeout=300)
+  assert p.returncode == 1 and err.strip() == (
+      f"error: cannot write {out}: database or disk is full; the partial bag was removed"), err
+  assert not out.exists()
+
+
+def test_empty_paths_are_refused(tmp_path, ros, capsys, monkeypatch):
+  """--input "" read the current directory as the bag; --output "" was the current directory."""
+  inp = _depth_bag(tmp_path, ros, frames=1)
+  monkeypatch.chdir(tmp_path)
+  for i, o, flag in (("", "out", "--input"), (str(inp), "", "--output")):
+    assert rosbag.main(["--input", i, "--output", o, "--depth_topic", "/camera/depth/image"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {flag} is empty (an unset shell variable?); name the folder " \
+                                              "or file"
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
