@@ -7,7 +7,9 @@ process per host or per GPU, docs/guide/multi-host.md): run the same command in 
 TPU pod slice (pncnn_jax/runtime/distributed.py); `jax.distributed.initialize` runs before anything touches a device.
 One training per workdir: a second train.py on a busy workdir stops at once naming the running one (eval.py and
 predict may read it meanwhile). Ctrl-C stops a run resumably; a latest checkpoint that cannot be restored is named
-with the newest intact step, which --allow_fallback resumes from.
+with the newest intact step, which --allow_fallback resumes from. A rerun with other settings than the run's
+config.json (finished or not) stops with one line naming the fields that differ; --allow_config_change continues
+it with the new settings from its latest checkpoint (the old config is kept as config.until_step_<step>.json).
 """
 
 import os
@@ -32,6 +34,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory (checkpoints, metrics.jsonl, config.json)")
 _ALLOW_FALLBACK = flags.DEFINE_bool("allow_fallback", False, "resume from the newest intact checkpoint when the "
                                     "latest cannot be restored (a truncated or garbled file), with a warning")
+_ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
+    "allow_config_change", False, "continue a run (finished or not) whose config.json holds other settings: resume "
+    "from its latest checkpoint and train on to the new config's last step with the new settings (the old config is "
+    "kept as config.until_step_<step>.json); without it such a rerun stops, naming the fields that differ")
 distributed.define_flags()
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -50,7 +56,8 @@ def main(argv):
   from pncnn_jax.training import loop  # pylint: disable=g-import-not-at-top
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
   try:
-    summary = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, allow_fallback=_ALLOW_FALLBACK.value)
+    summary = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, allow_fallback=_ALLOW_FALLBACK.value,
+                                      allow_config_change=_ALLOW_CONFIG_CHANGE.value)
   except FloatingPointError as e:  # a diverged run: no traceback
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # a setting out of range (ConfigError), data not built

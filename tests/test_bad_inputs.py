@@ -387,7 +387,7 @@ def test_a_checkpoint_that_cannot_be_restored(run_dir, inputs, tmp_path):
   assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
   assert "using the newest intact step, 1, instead (--allow_fallback)" in r.stderr, r.stderr[-3000:]
   r = run("train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY, "--config.num_epochs=2",
-          "--allow_fallback")  # resumes from step 1, sets step 2 aside, trains on to step 4
+          "--allow_fallback", "--allow_config_change")  # resumes from step 1, sets step 2 aside, trains on to step 4
   assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
   assert "resuming from step 1; set aside the step(s) that cannot be restored" in r.stderr
   assert "final validation (step 4)" in r.stdout
@@ -490,7 +490,7 @@ def test_a_full_disk_during_training_is_one_line(run_dir, tmp_path):
   wd = tmp_path / "wd"
   shutil.copytree(run_dir[0], wd)
   r = subprocess.run([sys.executable, "-c", FULL_DISK, "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY,
-                      "--config.num_epochs=2", "--config.checkpoint_every_steps=1"], cwd=REPO,
+                      "--config.num_epochs=2", "--config.checkpoint_every_steps=1", "--allow_config_change"], cwd=REPO,
                      env=dict(ENV, PNCNN_NO_HUGEPAGES="1"), capture_output=True, text=True, timeout=300, check=False)
   check(r, 1, f"error: cannot write {wd / 'checkpoints' / '3.orbax-checkpoint-tmp' / 'state' / 'd' / '0a'}: No space "
         "left on device (the disk is full; the run is resumable once there is room)")
@@ -504,7 +504,8 @@ def test_ctrl_c_is_one_line_and_resumable(run_dir, tmp_path):
   # SIGINT as a terminal delivers it: a test run started in the background of a shell (`make test &`) ignores
   # SIGINT, and its children would inherit that and train on (as `nohup train.py &` should).
   p = subprocess.Popen([sys.executable, "train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY,
-                        "--config.num_epochs=1000"], cwd=REPO, env=ENV, stderr=subprocess.PIPE, text=True,
+                        "--config.num_epochs=1000", "--allow_config_change"], cwd=REPO, env=ENV,
+                       stderr=subprocess.PIPE, text=True,
                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   deadline = time.time() + 120
   while not (wd / "RUNNING").exists() and time.time() < deadline and p.poll() is None:
@@ -576,3 +577,45 @@ def test_results_json_is_strict_json():
   payload = {"a": float("inf"), "b": np.float32(-np.inf), "c": [np.nan, 1.5], "d": np.arange(2), "e": None}
   text = json.dumps(evaluate.strict_json(payload), allow_nan=False)
   assert json.loads(text) == {"a": "inf", "b": "-inf", "c": [None, 1.5], "d": [0, 1], "e": None}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Issue 50.2 and 50.4: every writer owns its output; empty paths.
+
+
+def test_a_finished_run_rerun_with_other_settings_names_the_fields(run_dir, tmp_path):
+  """train.py on a finished workdir with other settings overwrote config.json and trained on after one buried
+  warning line (or, with the same length, said 'nothing to do' for settings it never ran). Now one line naming
+  the fields, nothing changed; --allow_config_change continues from the latest checkpoint with the new settings and
+  keeps the old config.json as config.until_step_2.json."""
+  wd = tmp_path / "wd"
+  shutil.copytree(run_dir[0], wd)
+  before, old = digest(wd), json.loads((wd / "config.json").read_text())
+  lr = old["learning_rate"]
+  how = "pass --allow_config_change to continue it with the new settings, or use another --workdir"
+  check(run("train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY, "--config.learning_rate=0.001"),
+        2, f"error: {wd / 'config.json'} holds the settings this run was trained with until step 2, and 1 field(s) "
+           f"differ: learning_rate: {lr!r} -> 0.001; {how}")
+  longer = ["--config.learning_rate=0.001", "--config.num_epochs=2", "--config.data.train_crop_width=72"]
+  check(run("train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY, *longer), 2,
+        f"error: {wd / 'config.json'} holds the settings this run was trained with until step 2, and 3 field(s) "
+        f"differ: data.train_crop_width: 64 -> 72, learning_rate: {lr!r} -> 0.001, num_epochs: 1 -> 2; {how}")
+  assert digest(wd) == before
+  r = run("train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY, *longer[:2],
+          "--allow_config_change")
+  assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+  assert "final validation (step 4)" in r.stdout
+  assert json.loads((wd / "config.json").read_text())["num_epochs"] == 2
+  assert json.loads((wd / "config.until_step_2.json").read_text()) == old
+
+
+def test_an_empty_workdir_is_refused(run_dir, tmp_path):
+  """--workdir "" (an unset shell variable) trained in the current directory."""
+  wd, trained = run_dir
+  cwd = tmp_path / "cwd"
+  cwd.mkdir()
+  r = subprocess.run([sys.executable, str(REPO / "train.py"), f"--config={REPO / 'configs' / 'synthetic.py'}:ncnn",
+                      "--workdir=", *TINY], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300, check=False)
+  check(r, 2, "error: --workdir is empty (an unset shell variable?); name the folder or file")
+  assert not any(cwd.iterdir()) and digest(wd) == trained
+

@@ -323,7 +323,8 @@ def _finished(ckpt: manager.Checkpointer, config, workdir: pathlib.Path, total_s
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
-                       *, stop_after_steps: int | None = None, allow_fallback: bool = False) -> dict[str, Any]:
+                       *, stop_after_steps: int | None = None, allow_fallback: bool = False,
+                       allow_config_change: bool = False) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming from its latest checkpoint), validating every epoch.
 
   Args:
@@ -333,12 +334,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     stop_after_steps: testing hook: return after this many steps of *this* call, as a kill would (no final save
       beyond the periodic ones).
     allow_fallback: resume from the newest intact checkpoint when the latest cannot be restored (with a warning).
+    allow_config_change: continue a run (finished or not) whose config.json holds other settings than `config`
+      (the fields of `run_files.check_config_file`): it resumes from its latest checkpoint and trains on to the new
+      config's last step with the new settings; the old config.json is kept as `config.until_step_<step>.json`.
+      Without it such a rerun is a `run_files.ConfigChangedError` naming the fields, before anything is written.
 
   Returns:
     the last validation summary ({'step', 'val': {...}}, for an ensemble also 'rows': every member and fusion
     rule), or {} if no validation ran; for a run that had finished already, {'step', 'finished': True, 'val' (its
     last validation row), 'best_step', 'results' (the files holding them)}.
   """
+  run_files.require_path(workdir, "--workdir")  # "" would be the current directory
   config_fields.check_config(config)  # ConfigError (a ValueError) before anything is created
   from_config.check_data(config)  # DatasetNotFoundError, likewise
   workdir = pathlib.Path(os.path.abspath(os.fspath(workdir)))
@@ -358,14 +364,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       workdir.rmdir()
     raise
   try:
-    return _train(config, workdir, stop_after_steps, allow_fallback)
+    return _train(config, workdir, stop_after_steps, allow_fallback, allow_config_change)
   finally:
     if lock is not None:
       lock.release()
 
 
 def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_steps: int | None,
-           allow_fallback: bool) -> dict[str, Any]:
+           allow_fallback: bool, allow_config_change: bool) -> dict[str, Any]:
   loss_name = from_config.variant_loss(config)
   mesh = sharding.make_mesh()
   sharding.check_batch_size(config.batch_size, mesh)
@@ -378,6 +384,7 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
   try:
     done = _finished(ckpt, config, workdir, total_steps)
     if done is not None:
+      run_files.check_config_change(config, workdir, step=done["step"], allow_change=allow_config_change)
       log.warning("the run in %s had finished already (step %d of %d): nothing to do", workdir, done["step"],
                   total_steps)
       ckpt.close()
@@ -388,10 +395,15 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
   except BaseException:
     ckpt.close()  # no orbax thread left behind to print after the message
     raise
-  if is_main:  # once the checkpoints are known to be of this config: a refused run leaves the workdir as it was
-    run_files.write_config(config, workdir)
-  compile_cache.enable(workdir)  # <workdir>/jax_cache unless the user chose (pncnn_jax/runtime/compile_cache.py)
   start = int(np.ravel(np.asarray(state.step))[0])  # (K,) steps for an ensemble, all equal
+  try:  # every process checks (one line, before anything is written); process 0 writes
+    run_files.check_config_change(config, workdir, step=start, allow_change=allow_config_change)
+  except BaseException:
+    ckpt.close()
+    raise
+  if is_main:  # once the checkpoints are known to be of this config: a refused run leaves the workdir as it was
+    run_files.write_config(config, workdir, step=start, allow_change=allow_config_change)
+  compile_cache.enable(workdir)  # <workdir>/jax_cache unless the user chose (pncnn_jax/runtime/compile_cache.py)
   writer = run_files.MetricWriter(workdir, enabled=is_main)
   writer.drop_after(start)  # rows a killed run wrote after its last checkpoint: the resumed run rewrites them
   per_call = job.steps_per_call
