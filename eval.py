@@ -5,7 +5,10 @@ r"""Evaluates a checkpoint: `python eval.py --config configs/kitti.py:pncnn --wo
 pNCNN `.pth.tar` / `.npz` state dict. Prints the metrics table and writes results.{json,csv,md},
 sparsification.png and panels.png to --output (default DIR/eval_<checkpoint>). `--pairs_dir` evaluates KITTI
 velodyne_raw/groundtruth PNG pairs found under a directory (bottom 352x1216 crop) instead of the config's split.
-Evaluation never builds the training pipeline.
+Evaluation never builds the training pipeline. The output folder is one evaluation's at a time (a second eval.py,
+predict or bag command on it stops at once, naming the first) and records the checkpoint that wrote it in
+pncnn_writer.json: the reports of another checkpoint or other settings there are refused in one line unless
+--overwrite. An empty --workdir or --output ("" from an unset shell variable) is refused.
 """
 
 import os
@@ -31,6 +34,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "training run directory (for bes
 _CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "best | latest | PATH (.pth.tar, .npz or a directory); "
                                   "ensemble configs: also PATH,PATH,... (its members)")
 _OUTPUT = flags.DEFINE_string("output", None, "report directory (default: <workdir>/eval_<checkpoint>)")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "replace the reports in --output that another checkpoint or "
+                                "other settings wrote (default: refused, naming them)")
 _PAIRS_DIR = flags.DEFINE_string("pairs_dir", None, "evaluate the KITTI PNG pairs under this directory instead")
 _ALLOW_MISMATCH = flags.DEFINE_bool("allow_mismatch", False, "evaluate a checkpoint trained on another dataset, "
                                     "variant, loss or input scaling than --config says (refused otherwise)")
@@ -59,6 +64,12 @@ def main(argv):
   except (from_config.ConfigError, DatasetNotFoundError) as e:  # one line, exit 2, nothing created
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  from pncnn_jax.runtime import run_files  # pylint: disable=g-import-not-at-top
+  try:
+    run_files.require_path(_WORKDIR.value, "--workdir")  # "" would be the current directory
+    run_files.require_path(_OUTPUT.value, "--output")
+  except ValueError as e:
+    _fail(e, 2)
   if not _WORKDIR.value and not _OUTPUT.value:
     raise app.UsageError("give --workdir or --output (where the reports go)")
   if "ensemble" in _CONFIG.value:  # members and fusion rules side by side (paper Table 3)
@@ -87,7 +98,7 @@ def main(argv):
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
                                  output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value,
-                                 allow_fallback=_ALLOW_FALLBACK.value)
+                                 allow_fallback=_ALLOW_FALLBACK.value, overwrite=_OVERWRITE.value)
   except FloatingPointError as e:  # a diverged checkpoint
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError, a checkpoint

@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import pathlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -309,9 +310,24 @@ def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti
   return run_files.markdown_table(rows, list(keys), UNITS[metric_set], header)
 
 
+def _atomic(path: str | pathlib.Path, write: Callable[[pathlib.Path], Any]) -> None:
+  """write(tmp) on a temporary name beside `path`, then a rename: a report under its name is complete, and a link
+  planted under that name is replaced, never written through."""
+  path = pathlib.Path(path)
+  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  try:
+    write(tmp)
+    os.replace(tmp, path)
+  finally:
+    tmp.unlink(missing_ok=True)
+
+
+REPORT_FILES = ("results.json", "results.csv", "results.md", "sparsification.png", "panels.png")
+
+
 def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, metric_set: str,
                   extra: Mapping[str, Any] | None = None) -> dict[str, str]:
-  """Writes `<outdir>/{results.json, results.csv, results.md, sparsification.png, panels.png}`."""
+  """Writes `<outdir>/{results.json, results.csv, results.md, sparsification.png, panels.png}`, each atomically."""
   outdir = pathlib.Path(outdir)
   outdir.mkdir(parents=True, exist_ok=True)
   summ = result.summary()
@@ -324,21 +340,27 @@ def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, met
                                 "oracle": result.sparsification.oracle.tolist(),
                                 "model": result.sparsification.model.tolist()},
              **(dict(extra) if extra else {})}
-  pathlib.Path(paths["json"]).write_text(json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n")
-  with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
-    w = csv.writer(f)
-    w.writerow(["name"] + list(summ))
-    w.writerow([name] + ["" if v is None else v for v in summ.values()])
-  pathlib.Path(paths["md"]).write_text(format_table({name: summ}, metric_set) + "\n")
+  _atomic(paths["json"], lambda t: t.write_text(json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n"))
+
+  def write_csv(tmp):
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+      w = csv.writer(f)
+      w.writerow(["name"] + list(summ))
+      w.writerow([name] + ["" if v is None else v for v in summ.values()])
+
+  _atomic(paths["csv"], write_csv)
+  _atomic(paths["md"], lambda t: t.write_text(format_table({name: summ}, metric_set) + "\n"))
   gustafsson = {name: result.sparsification_gustafsson} if result.sparsification_gustafsson is not None else None
-  viz.sparsification_plot({name: result.sparsification}, paths["sparsification"], gustafsson=gustafsson,
-                          title=f"Sparsification curves of {name} (lower is better; AUSE = area between model and "
-                                "oracle)")
+  _atomic(paths["sparsification"], lambda t: viz.sparsification_plot(
+      {name: result.sparsification}, t, gustafsson=gustafsson,
+      title=f"Sparsification curves of {name} (lower is better; AUSE = area between model and oracle)"))
   if result.panels:
-    viz.panels_figure(result.panels, paths["panels"], uncertainty_label=result.uncertainty_kind, model_name=name,
-                      row_labels=[f"image {n}" if n.isdigit() else n for n in result.panel_names] or None)
+    _atomic(paths["panels"], lambda t: viz.panels_figure(
+        result.panels, t, uncertainty_label=result.uncertainty_kind, model_name=name,
+        row_labels=[f"image {n}" if n.isdigit() else n for n in result.panel_names] or None))
   else:
     del paths["panels"]
+    (outdir / "panels.png").unlink(missing_ok=True)  # an earlier evaluation's, not this one's
   return paths
 
 
@@ -366,7 +388,7 @@ def strict_json(o: Any) -> Any:
 
 def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *, pairs_dir: str | None = None,
                         output_dir: str | None = None, progress: bool = True,
-                        allow_mismatch: bool = False, allow_fallback: bool = False
+                        allow_mismatch: bool = False, allow_fallback: bool = False, overwrite: bool = False
                         ) -> tuple[EvalResult, dict[str, str]]:
   """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
   `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`).
@@ -375,7 +397,15 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
   else `config.IdentityMismatchError` unless `allow_mismatch`. The model is the config's, except
   `mask_input_confidence`, which is part of what the weights were trained as and is taken from the checkpoint when
   it records it. `allow_fallback`: a step of a training run that cannot be restored is replaced by the newest that
-  can, with a warning (`loader.load`); the report records the step evaluated."""
+  can, with a warning (`loader.load`); the report records the step evaluated.
+
+  The output folder is this evaluation's while it runs (`run_files.WorkdirLock`: a second eval.py, predict or bag
+  command on it stops at once, naming it) and records its writer in pncnn_writer.json (the checkpoint, its step and
+  weights' sha256, the data and metric settings): reports of another checkpoint or other settings there are
+  refused in one line (`run_files.OutputOwnedError`), or replaced with `overwrite`. An empty `output_dir` or
+  `workdir` ("", an unset shell variable) is a ValueError."""
+  run_files.require_path(output_dir, "--output")
+  run_files.require_path(workdir, "--workdir")
   if not pairs_dir:
     from_config.check_data(config, training=False)  # DatasetNotFoundError before the checkpoint loads
   loss_name = from_config.variant_loss(config)
@@ -386,6 +416,32 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
       raise ValueError("give --workdir (or an output directory) for the reports")
     output_dir = str(pathlib.Path(workdir) / f"eval_{tag}")
   run_files.check_writable(output_dir)  # before the checkpoint loads and the evaluation runs
+  out = pathlib.Path(output_dir)
+  created = not out.exists()
+  out.mkdir(parents=True, exist_ok=True)
+  lock = run_files.WorkdirLock(out, flag="--output", what="evaluation") if jax.process_index() == 0 else None
+  try:
+    if lock is not None:
+      lock.acquire()
+    return _evaluate_into(config, workdir, checkpoint, out, tag, loss_name, pairs_dir=pairs_dir, progress=progress,
+                          allow_mismatch=allow_mismatch, allow_fallback=allow_fallback, overwrite=overwrite,
+                          claim=lock is not None)
+  except BaseException:
+    if lock is not None:
+      lock.release()
+      lock = None
+    if created and not any(out.iterdir()):
+      out.rmdir()  # a refused evaluation leaves no folder behind
+    raise
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+def _evaluate_into(config, workdir, checkpoint, out: pathlib.Path, tag: str, loss_name: str, *, pairs_dir,
+                   progress: bool, allow_mismatch: bool, allow_fallback: bool, overwrite: bool, claim: bool
+                   ) -> tuple[EvalResult, dict[str, str]]:
+  """`evaluate_checkpoint` into the locked folder `out`."""
   expect = identity_lib.identity(config)
   if pairs_dir:
     expect["dataset"] = "kitti_depth"
@@ -393,6 +449,15 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
                      allow_mismatch=allow_mismatch, against="--config with --pairs_dir" if pairs_dir else "--config",
                      allow_fallback=allow_fallback)
   variables, meta = ckpt.variables, ckpt.meta
+  if claim:  # which checkpoint (its weights) and which evaluation wrote the reports
+    data = pairs_dir or f"{config.data.dataset}/{config.data.eval_split}"
+    record = {"command": "eval.py", "checkpoint": checkpoint,
+              "model": {"weights_sha256": run_files.weights_digest(variables), "step": meta.get("step")},
+              "settings": {"data": data, "metrics": config.metrics, "num_eval_batches": config.num_eval_batches,
+                           "eval_crop": [config.data.eval_crop, config.data.eval_crop_height,
+                                         config.data.eval_crop_width], "variant": config.variant}}
+    run_files.claim_output(out, record, overwrite=overwrite,
+                           has_outputs=any((out / f).exists() for f in REPORT_FILES))
   settings = from_config.model_settings(config)
   if "mask_input_confidence" in ckpt.model_settings:
     settings["mask_input_confidence"] = bool(ckpt.model_settings["mask_input_confidence"])
@@ -407,7 +472,7 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
   extra = {"checkpoint": checkpoint, "checkpoint_step": meta.get("step"), "variant": config.variant,
            "loss": loss_name, "data": pairs_dir or f"{config.data.dataset}/{config.data.eval_split}",
            "checkpoint_identity": ckpt.identity, "identity_mismatch_allowed": bool(allow_mismatch)}
-  paths = write_reports(result, output_dir, name, config.metrics, extra)
+  paths = write_reports(result, out, name, config.metrics, extra)
   if jax.process_index() == 0:
     print(format_table({name: result.summary()}, config.metrics))
     print("wrote " + ", ".join(paths.values()))

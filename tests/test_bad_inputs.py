@@ -609,13 +609,45 @@ def test_a_finished_run_rerun_with_other_settings_names_the_fields(run_dir, tmp_
   assert json.loads((wd / "config.until_step_2.json").read_text()) == old
 
 
-def test_an_empty_workdir_is_refused(run_dir, tmp_path):
-  """--workdir "" (an unset shell variable) trained in the current directory."""
+def test_empty_workdir_and_output_are_refused(run_dir, tmp_path):
+  """--workdir "" (an unset shell variable) trained in the current directory; eval.py --output "" wrote its
+  reports elsewhere than asked."""
   wd, trained = run_dir
   cwd = tmp_path / "cwd"
   cwd.mkdir()
   r = subprocess.run([sys.executable, str(REPO / "train.py"), f"--config={REPO / 'configs' / 'synthetic.py'}:ncnn",
                       "--workdir=", *TINY], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300, check=False)
   check(r, 2, "error: --workdir is empty (an unset shell variable?); name the folder or file")
+  check(run("eval.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", "--checkpoint=latest", *TINY,
+            "--output="), 2, "error: --output is empty (an unset shell variable?); name the folder or file")
   assert not any(cwd.iterdir()) and digest(wd) == trained
 
+
+def test_eval_owns_its_output(run_dir, tmp_path):
+  """Two eval.py into one --output: the last won, and a folder held one checkpoint's results.json beside
+  another's panels. The output is locked while an evaluation writes it, and records the checkpoint that wrote it
+  (pncnn_writer.json); the reports of another checkpoint are refused in one line, --overwrite replaces them."""
+  wd, trained = run_dir
+  out = tmp_path / "e"
+  out.mkdir()
+  args = ["eval.py", "--config=configs/synthetic.py:ncnn", f"--workdir={wd}", *TINY, f"--output={out}"]
+  lock = run_files.WorkdirLock(out)
+  lock.what = "evaluation"  # the name the holder writes into RUNNING, as eval.py's own lock does
+  with lock:
+    started = json.loads(lock.info.read_text())["started"]
+    check(run(*args, "--checkpoint=latest"), 2,
+          f"error: --output {out} is in use by another evaluation (pid {os.getpid()} on host {socket.gethostname()}, "
+          f"started {started}); wait for it to end or choose another --output")
+    assert sorted(p.name for p in out.iterdir()) == ["RUNNING"]
+  r = run(*args, "--checkpoint=latest")
+  assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+  assert json.loads((out / "pncnn_writer.json").read_text())["model"]["step"] == 2
+  before = digest(out)
+  check(run(*args, f"--checkpoint={wd / 'checkpoints' / '1'}"), 2,
+        f"error: --output {out} holds the outputs of eval.py with checkpoint 'latest' ({out / 'pncnn_writer.json'}; "
+        "differs in model.step, model.weights_sha256); pass --overwrite to replace them, or choose another --output")
+  assert digest(out) == before
+  r = run(*args, f"--checkpoint={wd / 'checkpoints' / '1'}", "--overwrite")
+  assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+  assert json.loads((out / "results.json").read_text())["checkpoint_step"] == 1
+  assert not (out / "RUNNING").exists() and digest(wd) == trained

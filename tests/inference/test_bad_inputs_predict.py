@@ -331,7 +331,9 @@ def test_a_second_writer_on_the_output_stops_at_once(tmp_path, capsys):
   from pncnn_jax.runtime import run_files  # pylint: disable=g-import-not-at-top
   d, out = _inputs(tmp_path), tmp_path / "o"
   out.mkdir()
-  with run_files.WorkdirLock(out, flag="--output", what="predict run") as lock:
+  lock = run_files.WorkdirLock(out)
+  lock.what = "predict run"  # the name the holder writes into RUNNING, as predict's own lock does
+  with lock:
     started = json.loads(lock.info.read_text())["started"]
     rc, _, err = _run(capsys, "--input", d, "--output", out)
     assert sorted(p.name for p in out.iterdir()) == ["RUNNING"]
@@ -348,8 +350,6 @@ def test_a_rerun_with_another_model_is_refused_or_redone(tmp_path, capsys):
   d, out = _inputs(tmp_path), tmp_path / "o"
   rc, _, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 0, err
-  record = json.loads((out / "pncnn_writer.json").read_text())
-  assert record["checkpoint"] == MODEL and len(record["model"]["weights_sha256"]) == 64
   first = _snapshot(out)
   other = "synthetic:ncnn_conf_l1"
   rc, log, err = _run(capsys, "--input", d, "--output", out, "--checkpoint", other)
@@ -358,6 +358,8 @@ def test_a_rerun_with_another_model_is_refused_or_redone(tmp_path, capsys):
       "differs in model.network.conf_estimator, model.weights_sha256); pass --overwrite to replace them, or choose "
       "another --output"), err
   assert _snapshot(out) == first
+  record = json.loads((out / "pncnn_writer.json").read_text())
+  assert record["checkpoint"] == MODEL and len(record["model"]["weights_sha256"]) == 64
   rc, _, err = _run(capsys, "--input", d, "--output", out, "--fill_unsupported")  # another setting, same model
   assert rc == 2 and "differs in settings.fill_unsupported" in err and _snapshot(out) == first, err
   rc, log, err = _run(capsys, "--input", d, "--output", out, "--checkpoint", other, "--overwrite")
