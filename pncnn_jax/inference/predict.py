@@ -545,6 +545,7 @@ def model_record(completer: completer_lib.Completer) -> dict[str, Any]:
   weights (an ensemble: of every member's), its loss and its network's settings."""
   net = {f.name: repr(getattr(completer.model, f.name)) for f in dataclasses.fields(completer.model)
          if f.name not in ("parent", "name")}
+  net = {k: v for k, v in net.items() if " at 0x" not in v}  # a function's repr names its address: not an identity
   return {"weights_sha256": run_files.weights_digest(completer.variables), "loss": completer.loss, "network": net}
 
 

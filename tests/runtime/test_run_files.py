@@ -73,3 +73,38 @@ def test_config_json_of_another_variant_names_the_file(tmp_path):
   with pytest.raises(ValueError, match=f"^{tmp_path / 'config.json'} holds a run of variant 'pncnn', but "):
     run_files.check_config_file(config, tmp_path)
   assert not run_files.check_config_file(config, tmp_path / "none")
+
+
+def test_config_differences_name_nested_fields():
+  old = {"learning_rate": 0.01, "data": {"train_crop_height": 32, "dataset": "synthetic"}, "seed": 0}
+  new = {"learning_rate": 0.01, "data": {"train_crop_height": 64, "dataset": "synthetic"}, "loss": "l1"}
+  names = run_files.config_differences(old, new)
+  assert names == ["data.train_crop_height", "loss", "seed"]
+  assert run_files.describe_differences(old, new, names, limit=2) == (
+      "data.train_crop_height: 32 -> 64, loss: '(none)' -> 'l1' and 1 more")
+
+
+def test_claim_output_refuses_another_writer_unless_overwrite(tmp_path):
+  """The record is written atomically; the same writer claims again silently; another model, or outputs without
+  a record, are refused naming the file and the fields, and `overwrite` replaces the record."""
+  a = {"command": "predict", "checkpoint": "a", "model": {"weights_sha256": "1"}, "settings": {"fill": False}}
+  assert run_files.claim_output(tmp_path, a, has_outputs=False) is None
+  assert run_files.read_writer(tmp_path)["checkpoint"] == "a"
+  assert sorted(p.name for p in tmp_path.iterdir()) == [run_files.WRITER_FILE]  # no temporary file left
+  assert run_files.claim_output(tmp_path, {**a, "checkpoint": "a-again"}) is None  # same weights and settings
+  b = {**a, "checkpoint": "b", "model": {"weights_sha256": "2"}, "settings": {"fill": True}}
+  with pytest.raises(run_files.OutputOwnedError, match=r"holds the outputs of predict with checkpoint 'a-again' \(.*"
+                     r"pncnn_writer.json; differs in model.weights_sha256, settings.fill\); pass --overwrite"):
+    run_files.claim_output(tmp_path, b)
+  assert run_files.claim_output(tmp_path, b, overwrite=True).startswith("the outputs of predict")
+  assert run_files.read_writer(tmp_path)["checkpoint"] == "b"
+  (tmp_path / run_files.WRITER_FILE).unlink()
+  with pytest.raises(run_files.OutputOwnedError, match="holds outputs without a record of the model"):
+    run_files.claim_output(tmp_path, b, has_outputs=True)
+
+
+def test_empty_paths_are_refused():
+  run_files.require_path(None, "--output")  # not given: fine
+  for value in ("", "  "):
+    with pytest.raises(ValueError, match=r"^--workdir is empty \(an unset shell variable\?\)"):
+      run_files.require_path(value, "--workdir")
