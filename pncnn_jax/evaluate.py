@@ -416,7 +416,10 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
       raise ValueError("give --workdir (or an output directory) for the reports")
     output_dir = str(pathlib.Path(workdir) / f"eval_{tag}")
   run_files.check_writable(output_dir)  # before the checkpoint loads and the evaluation runs
-  out = pathlib.Path(output_dir)
+  out = pathlib.Path(os.path.abspath(output_dir))
+  top = out  # the outermost folder this call creates (out, or an ancestor: <workdir>/eval_best of a new workdir)
+  while not top.parent.exists():
+    top = top.parent
   created = not out.exists()
   out.mkdir(parents=True, exist_ok=True)
   lock = run_files.WorkdirLock(out, flag="--output", what="evaluation") if jax.process_index() == 0 else None
@@ -430,8 +433,13 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
     if lock is not None:
       lock.release()
       lock = None
-    if created and not any(out.iterdir()):
-      out.rmdir()  # a refused evaluation leaves no folder behind
+    if created:  # a refused evaluation leaves no folder behind, nor the parents it made
+      for folder in (out, *out.parents):
+        if any(folder.iterdir()):
+          break
+        folder.rmdir()
+        if folder == top:
+          break
     raise
   finally:
     if lock is not None:
