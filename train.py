@@ -80,9 +80,9 @@ def main(argv):
       print(evaluate.format_table(summary["rows"], _CONFIG.value.metrics, header="member / fusion"))
       return
     val = summary["val"]
-    print(f"final validation (step {summary['step']}): " + ", ".join(
-        f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn", "auce", "epe", "ause_epe", "auroc_corrupted")
-        if isinstance(val.get(k), float)))
+    print(f"final validation (step {summary['step']}): " + evaluate.format_values(
+        val, ("mae", "rmse", "ause_pncnn", "auce", "epe", "ause_epe", "auroc_corrupted"),
+        evaluate.get_metric_set(_CONFIG.value.metrics).units))
 
 
 def _latest_step(workdir: str) -> str:

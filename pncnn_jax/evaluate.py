@@ -89,10 +89,14 @@ class MetricSet:
   A depth metric set gives `per_image(depth, target) -> {metric: (B,) array}` and `run_evaluation` does the rest;
   an extension's set (pncnn_jax.flow's 'flow') brings its own evaluation of a model, `run(model, variables,
   batches, *, loss_name, mesh, max_batches, num_panels)`, and of a checkpoint, `evaluate_checkpoint(config, workdir,
-  checkpoint, output_dir)` (eval.py)."""
+  checkpoint, output_dir)` (eval.py). `units`: the unit of each metric that has one ({'mae': 'mm', ...}), written
+  next to the numbers (the validation rows of metrics.jsonl, the training log lines); `train_units`: those of the
+  training batch errors (losses.get_batch_errors) of the models this set evaluates (the train rows of metrics.jsonl)."""
   per_image: Callable[[jax.Array, jax.Array], dict[str, jax.Array]] | None = None
   run: Callable[..., Any] | None = None
   evaluate_checkpoint: Callable[..., Any] | None = None
+  units: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  train_units: Mapping[str, str] = dataclasses.field(default_factory=lambda: {"mae": "m", "rmse": "m"})
 
 
 METRIC_SETS: Registry[MetricSet] = Registry("metric set")  # config.metrics (training.config_fields)
@@ -103,8 +107,19 @@ def register_metric_set(name: str, metric_set: MetricSet) -> None:
   METRIC_SETS.register(name, metric_set)
 
 
-register_metric_set("kitti", MetricSet(per_image=metrics_lib.kitti_metrics))  # mm and 1/km, docs/SPEC.md
-register_metric_set("nyu", MetricSet(per_image=metrics_lib.nyu_metrics))  # metres
+UNITS = {"kitti": {"mae": "mm", "rmse": "mm", "mse": "mm^2", "imae": "1/km", "irmse": "1/km", "delta1": "%",
+                   "delta2": "%", "delta3": "%", "devkit_mae": "mm", "devkit_rmse": "mm", "devkit_imae": "1/km",
+                   "devkit_irmse": "1/km"},
+         "nyu": {"mae": "m", "rmse": "m", "mse": "m^2", "delta1": "%", "delta2": "%", "delta3": "%"}}
+register_metric_set("kitti", MetricSet(per_image=metrics_lib.kitti_metrics, units=UNITS["kitti"]))  # docs/SPEC.md
+register_metric_set("nyu", MetricSet(per_image=metrics_lib.nyu_metrics, units=UNITS["nyu"]))  # metres
+
+
+def format_values(values: Mapping[str, Any], keys: Sequence[str], units: Mapping[str, str]) -> str:
+  """'mae=1234 mm, rmse=2345 mm, ause_pncnn=0.05': the `keys` of `values` that are numbers, each with its unit from
+  `units` (none for a unitless quantity), for the log lines of a training."""
+  return ", ".join(f"{k}={values[k]:.4g}" + (f" {units[k]}" if k in units else "") for k in keys
+                   if isinstance(values.get(k), (int, float)) and not isinstance(values.get(k), bool))
 
 
 def get_metric_set(name: str) -> MetricSet:
@@ -295,12 +310,6 @@ def kitti_pair_batches(root: str | pathlib.Path, crop_hw: tuple[int, int] = (352
 
 TABLE_ORDER = ("mae", "rmse", "imae", "irmse", "absrel", "delta1", "delta2", "delta3", "ause_pncnn",
                "ause_gustafsson", "auce", "nll", "auroc_disturbed", "devkit_mae", "devkit_rmse", "num_images")
-UNITS = {"kitti": {"mae": "mm", "rmse": "mm", "mse": "mm^2", "imae": "1/km", "irmse": "1/km", "delta1": "%",
-                   "delta2": "%", "delta3": "%", "devkit_mae": "mm", "devkit_rmse": "mm", "devkit_imae": "1/km",
-                   "devkit_irmse": "1/km"},
-         "nyu": {"mae": "m", "rmse": "m", "mse": "m^2", "delta1": "%", "delta2": "%", "delta3": "%"}}
-
-
 def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti", *,
                  keys: Sequence[str] | None = None, header: str = "model") -> str:
   """A markdown table, one row per named result (a model, an ensemble member or a fusion rule), in the units of

@@ -46,6 +46,13 @@ def test_train_cli(trained):
   assert "final validation (step 2)" in r.stdout
   rows = [json.loads(x) for x in (wd / "metrics.jsonl").read_text().splitlines()]
   assert [x["step"] for x in rows if x["split"] == "val"] == [2]
+  # One unit per quantity: the train rows' batch errors in metres, the KITTI validation metrics in millimetres.
+  train_units = [x["units"] for x in rows if x["split"] == "train"]
+  assert train_units and all(u["mae"] == "m" and u["rmse"] == "m" and u["steps_per_sec"] == "step/s"
+                             for u in train_units)
+  val_units = [x["units"] for x in rows if x["split"] == "val"][0]
+  assert val_units["mae"] == "mm" and val_units["rmse"] == "mm" and val_units["irmse"] == "1/km"
+  assert re.search(r"final validation \(step 2\): mae=\S+ mm, rmse=\S+ mm", r.stdout), r.stdout
   assert json.loads((wd / "config.json").read_text())["data"]["train_crop_height"] == 32
   assert (wd / "checkpoints" / "2").is_dir()
 

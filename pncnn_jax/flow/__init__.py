@@ -34,5 +34,6 @@ def _run(model_, variables, batches, *, loss_name, mesh=None, max_batches=-1, nu
                                       loss_name=loss_name, max_batches=max_batches, num_panels=num_panels)
 
 
-_evaluate.register_metric_set("flow", _evaluate.MetricSet(run=_run,
-                                                          evaluate_checkpoint=evaluate.evaluate_flow_checkpoint))
+_evaluate.register_metric_set("flow", _evaluate.MetricSet(
+    run=_run, evaluate_checkpoint=evaluate.evaluate_flow_checkpoint, units=evaluate.UNITS,
+    train_units={"epe": "px", "rmse": "px"}))  # losses.batch_errors

@@ -136,11 +136,15 @@ class MetricWriter:
                 len(lines) - len(kept), step)
     return len(lines) - len(kept)
 
-  def write(self, step: int, split: str, values: Mapping[str, Any]) -> None:
+  def write(self, step: int, split: str, values: Mapping[str, Any], units: Mapping[str, str] | None = None) -> None:
+    """Appends {"step", "split", "time" [s since the epoch], **values, "units": {key: unit}}: `units` names the unit
+    of each value that has one (a unitless value, and every value of a row written before units were, has none)."""
     if not self.enabled:
       return
     row = {"step": int(step), "split": split, "time": round(time.time(), 3)}
     row.update({k: _jsonable(v) for k, v in values.items()})
+    if units:
+      row["units"] = {k: units[k] for k in values if k in units}
     with open(self.path, "a", encoding="utf-8") as f:
       f.write(json.dumps(row) + "\n")
     if self._tb is not None:

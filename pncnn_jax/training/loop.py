@@ -17,7 +17,9 @@ A run lives in its workdir:
   config.json                    the config it was started with (a run of another variant here is an error)
   RUNNING                        while a training runs: its pid, host and start (pncnn_jax.runtime.run_files:
                                  one run per workdir, a second train.py there stops at once, readers are not held)
-  metrics.jsonl                  one JSON object per line: {"step", "split": "train" | "val", ...metrics}
+  metrics.jsonl                  one JSON object per line: {"step", "split": "train" | "val", ...metrics, "units"}:
+                                 "units" maps each metric that has a unit to it (train rows: the loss's batch
+                                 errors, depth in metres; val rows: the metric set's units, KITTI in mm)
   checkpoints/<step>/            orbax (pncnn_jax.checkpoints.manager): the latest `max_to_keep` and the best by
                                  validation RMSE; metadata holds the variant, config and data position
   tensorboard/                   event files, when tensorboardX is installed
@@ -44,6 +46,7 @@ import logging
 import math
 import os
 import pathlib
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Mapping
@@ -298,6 +301,22 @@ def _resume(ckpt: manager.Checkpointer, make_job: Callable[[], _Job], config, wo
   return job, state
 
 
+# The units of a train row of metrics.jsonl (and of the progress bar), with the metric set's `train_units`: those
+# of the loss's batch errors (losses.get_batch_errors: depth MAE and RMSE in metres, flow EPE in pixels), not the
+# validation metrics' (KITTI: mm).
+TRAIN_UNITS = {"steps_per_sec": "step/s", "epoch": "epoch"}
+
+
+def row_units(keys, units: Mapping[str, str]) -> dict[str, str]:
+  """{key: unit} for the `keys` whose name (less an ensemble member's '_<k>' suffix: 'rmse_1') has a unit."""
+  out = {}
+  for k in keys:
+    base = re.sub(r"_\d+$", "", k)
+    if base in units:
+      out[k] = units[base]
+  return out
+
+
 def _finished(ckpt: manager.Checkpointer, config, workdir: pathlib.Path, total_steps: int
               ) -> dict[str, Any] | None:
   """For a run whose latest checkpoint is its last step: {'step', 'finished': True, 'val' (its last validation
@@ -415,6 +434,8 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
             **job.extra_meta(), "config": json.loads(config.to_json_best_effort())}
 
   summary: dict[str, Any] = {}
+  val_units = evaluate.get_metric_set(config.metrics).units
+  train_units = {**TRAIN_UNITS, **evaluate.get_metric_set(config.metrics).train_units}
   bar = None
   if config.progress_bar and is_main:
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
@@ -442,13 +463,14 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
         window.append(job.flat(m) | {"lr": lr})
         if bar is not None:
           bar.update(1)
-          bar.set_postfix(loss=f"{float(np.mean(m['loss'])):.4g}", rmse=f"{float(np.mean(m['rmse'])):.3g}",
-                          lr=f"{lr:.0e}")
+          err = "epe" if "epe" in m else "rmse"
+          bar.set_postfix_str(f"loss={float(np.mean(m['loss'])):.4g}, train {err}={float(np.mean(m[err])):.3g} "
+                              f"{train_units[err]}, lr={lr:.0e}")
         if done % config.log_every_steps == 0 or done == total_steps:
           dt = time.perf_counter() - t_window
           row = {k: float(np.mean([w[k] for w in window])) for k in window[0]}
           row.update(lr=lr, steps_per_sec=len(window) / dt, epoch=done / spe)
-          writer.write(done, "train", row)
+          writer.write(done, "train", row, row_units(row, train_units))
           window, t_window = [], time.perf_counter()
         step = done
       # Validation and checkpoints only after a call's last step: steps_in_call ends calls at their steps.
@@ -461,10 +483,10 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
           raise FloatingPointError(f"the run diverged at step {done} of {config.variant} in {workdir}: validation: "
                                    f"{e}. " + _last_good(ckpt)) from e
         summary = {"step": done, **summary}
-        writer.write(done, "val", val)
+        writer.write(done, "val", val, row_units(val, val_units))
         if bar is not None:
-          bar.write(f"[{config.variant}] step {done}: val " + ", ".join(
-              f"{k}={val[k]:.4g}" for k in ("mae", "rmse", "ause_pncnn") if isinstance(val.get(k), float)))
+          bar.write(f"[{config.variant}] step {done}: val "
+                    + evaluate.format_values(val, ("mae", "rmse", "epe", "ause_pncnn"), val_units))
         if done not in ckpt.all_steps():
           ckpt.save(done, training_step.state_to_tree(state), metadata(done), metrics={"rmse": val["rmse"]}
                     if isinstance(val.get("rmse"), float) and math.isfinite(val["rmse"]) else None)

@@ -108,3 +108,13 @@ def test_empty_paths_are_refused():
   for value in ("", "  "):
     with pytest.raises(ValueError, match=r"^--workdir is empty \(an unset shell variable\?\)"):
       run_files.require_path(value, "--workdir")
+
+
+def test_metric_rows_name_the_unit_of_each_value_that_has_one(tmp_path):
+  writer = run_files.MetricWriter(tmp_path)
+  writer.write(2, "train", {"loss": 0.5, "rmse": 1.25}, units={"rmse": "m", "mae": "m"})
+  writer.write(2, "val", {"rmse": 1250.0})  # no units: a row as older versions wrote it
+  writer.close()
+  train, val = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert train["units"] == {"rmse": "m"} and train["rmse"] == 1.25 and train["loss"] == 0.5
+  assert "units" not in val and val["rmse"] == 1250.0

@@ -420,3 +420,9 @@ def test_the_optimizer_equals_adam_with_a_closed_over_schedule_and_compiles_once
   for lr, decay, spe in ((1e30, 3, 4), (0.5, 2, 7)):
     step(loop.init_state(tiny_config("ncnn", learning_rate=lr, lr_decay_epochs=decay, grad_clip_norm=5.0), spe), b)
   assert step._cache_size() == compiled  # pylint: disable=protected-access
+
+
+def test_row_units_give_ensemble_members_the_unit_of_their_metric():
+  units = {"rmse": "m", "mae": "m", "delta1": "%"}
+  assert loop.row_units(["rmse", "rmse_0", "mae_12", "loss_1", "delta1", "lr"], units) == {
+      "rmse": "m", "rmse_0": "m", "mae_12": "m", "delta1": "%"}
