@@ -42,6 +42,7 @@ _ALLOW_MISMATCH = flags.DEFINE_bool("allow_mismatch", False, "evaluate a checkpo
 _ALLOW_FALLBACK = flags.DEFINE_bool("allow_fallback", False, "--checkpoint best/latest: evaluate the newest intact "
                                     "step of the run when that one cannot be restored (a truncated or garbled file)")
 distributed.define_flags()  # --multihost, --coordinator_address, --num_processes, --process_id (as train.py)
+_PROGRESS = cli.define_progress_flag()
 flags.mark_flags_as_required(["config"])
 
 
@@ -98,7 +99,8 @@ def main(argv):
   try:
     evaluate.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _CHECKPOINT.value, pairs_dir=_PAIRS_DIR.value,
                                  output_dir=_OUTPUT.value, allow_mismatch=_ALLOW_MISMATCH.value,
-                                 allow_fallback=_ALLOW_FALLBACK.value, overwrite=_OVERWRITE.value)
+                                 allow_fallback=_ALLOW_FALLBACK.value, overwrite=_OVERWRITE.value,
+                                 progress=cli.progress_from_flags(_PROGRESS, _CONFIG.value))
   except FloatingPointError as e:  # a diverged checkpoint
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # bad input (DepthFileError, CheckpointFormatError, a checkpoint

@@ -39,6 +39,7 @@ _ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
     "from its latest checkpoint and train on to the new config's last step with the new settings (the old config is "
     "kept as config.until_step_<step>.json); without it such a rerun stops, naming the fields that differ")
 distributed.define_flags()
+_PROGRESS = cli.define_progress_flag()
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -57,7 +58,8 @@ def main(argv):
   absl_logging.warning("devices: %s (process %d of %d)", jax.devices(), jax.process_index(), jax.process_count())
   try:
     summary = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, allow_fallback=_ALLOW_FALLBACK.value,
-                                      allow_config_change=_ALLOW_CONFIG_CHANGE.value)
+                                      allow_config_change=_ALLOW_CONFIG_CHANGE.value,
+                                      progress=cli.progress_from_flags(_PROGRESS, _CONFIG.value))
   except FloatingPointError as e:  # a diverged run: no traceback
     _fail(e, 1)
   except (ValueError, FileNotFoundError) as e:  # a setting out of range (ConfigError), data not built

@@ -39,7 +39,7 @@ from pncnn_jax.checkpoints import loader
 from pncnn_jax.data import io as data_io
 from pncnn_jax.data import sparsify
 from pncnn_jax.nn import models
-from pncnn_jax.runtime import run_files, sharding
+from pncnn_jax.runtime import cli, run_files, sharding
 from pncnn_jax.runtime.registry import Registry
 
 
@@ -396,7 +396,7 @@ def strict_json(o: Any) -> Any:
 
 
 def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *, pairs_dir: str | None = None,
-                        output_dir: str | None = None, progress: bool = True,
+                        output_dir: str | None = None, progress: bool | None = None,
                         allow_mismatch: bool = False, allow_fallback: bool = False, overwrite: bool = False
                         ) -> tuple[EvalResult, dict[str, str]]:
   """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
@@ -412,7 +412,8 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
   command on it stops at once, naming it) and records its writer in pncnn_writer.json (the checkpoint, its step and
   weights' sha256, the data and metric settings): reports of another checkpoint or other settings there are
   refused in one line (`run_files.OutputOwnedError`), or replaced with `overwrite`. An empty `output_dir` or
-  `workdir` ("", an unset shell variable) is a ValueError."""
+  `workdir` ("", an unset shell variable) is a ValueError. `progress`: a progress bar on stderr (None: only when
+  stderr is a terminal; eval.py --progress auto|on|off)."""
   run_files.require_path(output_dir, "--output")
   run_files.require_path(workdir, "--workdir")
   if not pairs_dir:
@@ -435,6 +436,7 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
   try:
     if lock is not None:
       lock.acquire()
+    progress = cli.progress_enabled("auto") if progress is None else progress  # None: on a terminal only
     return _evaluate_into(config, workdir, checkpoint, out, tag, loss_name, pairs_dir=pairs_dir, progress=progress,
                           allow_mismatch=allow_mismatch, allow_fallback=allow_fallback, overwrite=overwrite,
                           claim=lock is not None)

@@ -39,7 +39,7 @@ TINY = [
     "--config.data.eval_crop_height=32", "--config.data.eval_crop_width=64",
     "--config.data.synthetic_size=8", "--config.data.eval_synthetic_size=2",
     "--config.steps_per_epoch=2", "--config.num_epochs=1", "--config.eval_batch_size=2",
-    "--config.num_panels=1", "--config.progress_bar=False",
+    "--config.num_panels=1", "--progress=off",
 ]
 CKPTS = REFERENCE / "checkpoints"
 ABSL_LOG = re.compile(r"[IWE]\d{4} ")  # absl's own log lines (train.py and eval.py log the devices at WARNING)

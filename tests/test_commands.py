@@ -18,14 +18,15 @@ TINY = [
     "--config.data.eval_crop_height=32", "--config.data.eval_crop_width=64",
     "--config.data.synthetic_size=8", "--config.data.eval_synthetic_size=3",
     "--config.steps_per_epoch=2", "--config.num_epochs=1", "--config.eval_batch_size=2",
-    "--config.num_panels=2", "--config.progress_bar=False",
+    "--config.num_panels=2",  # no --progress: auto, and the tests' stderr is a pipe
 ]
 
 
 def run(args, timeout=600):
+  """The command's result, its output decoded as written: '\r' stays (text=True would turn it into '\n')."""
   env = dict(os.environ, PYTHONPATH=str(REPO))  # the tests' two host devices are inherited via XLA_FLAGS
-  return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=timeout, check=False)
+  r = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, timeout=timeout, check=False)
+  return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
 
 
 # The tests of the trained run share one worker, so that it is trained once.
@@ -46,6 +47,7 @@ def test_train_cli(trained):
   assert "final validation (step 2)" in r.stdout
   rows = [json.loads(x) for x in (wd / "metrics.jsonl").read_text().splitlines()]
   assert [x["step"] for x in rows if x["split"] == "val"] == [2]
+  assert "\r" not in r.stderr and "\r" not in r.stdout  # --progress auto: no bar redraws into a pipe
   # One unit per quantity: the train rows' batch errors in metres, the KITTI validation metrics in millimetres.
   train_units = [x["units"] for x in rows if x["split"] == "train"]
   assert train_units and all(u["mae"] == "m" and u["rmse"] == "m" and u["steps_per_sec"] == "step/s"
@@ -57,12 +59,33 @@ def test_train_cli(trained):
   assert (wd / "checkpoints" / "2").is_dir()
 
 
+def test_progress_on_draws_the_bar_with_units_into_a_pipe(tmp_path):
+  r = run(["train.py", "--config=configs/synthetic.py:ncnn", f"--workdir={tmp_path / 'wd'}", *TINY, "--progress=on"])
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "\r" in r.stderr and "2/2" in r.stderr
+  assert re.search(r"train rmse=\S+ m, lr=", r.stderr), r.stderr[-2000:]  # the bar: batch errors in metres
+  assert re.search(r"step 2: val mae=\S+ mm, rmse=\S+ mm", r.stdout), r.stdout  # the val line (tqdm.write): KITTI mm
+
+
+@TRAINED
+def test_the_old_progress_spelling_still_works_with_a_notice(trained, tmp_path):
+  wd, _ = trained
+  r = run(["eval.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={wd}", "--checkpoint=best",
+           f"--output={tmp_path / 'out'}", *TINY, "--config.progress_bar=True"])
+  assert r.returncode == 0, r.stderr[-3000:]
+  notes = [x for x in r.stderr.splitlines() if "deprecated" in x]
+  assert notes == ["note: --config.progress_bar is deprecated and will be removed in the next release; use "
+                   "--progress on|off|auto"]
+  assert "\r" in r.stderr  # True is 'on', as before
+
+
 @TRAINED
 def test_eval_cli(trained):
   wd, _ = trained
   r = run(["eval.py", "--config=configs/synthetic.py:ncnn_conf_l1", f"--workdir={wd}", "--checkpoint=best",
            *TINY])
   assert r.returncode == 0, r.stderr[-3000:]
+  assert "\r" not in r.stderr and "deprecated" not in r.stderr
   out = wd / "eval_best"
   res = json.loads((out / "results.json").read_text())
   assert res["checkpoint_step"] == 2 and res["results"]["num_images"] == 3

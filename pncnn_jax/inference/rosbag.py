@@ -3,7 +3,7 @@ r"""Complete the depth of a ROS 2 bag: depth images, or LiDAR point clouds with 
   python -m pncnn_jax.inference.rosbag --input IN --output OUT --depth_topic /camera/depth/image_raw
   python -m pncnn_jax.inference.rosbag --input IN --output OUT --points_topic /velodyne_points \
       --camera_info_topic /camera/camera_info [--calib lidar_to_camera.yaml]
-      [--checkpoint synthetic:<name> | PATH] [--namespace /pncnn] [--fill_unsupported] [--no_progress]
+      [--checkpoint synthetic:<name> | PATH] [--namespace /pncnn] [--fill_unsupported] [--progress auto|on|off]
 
 Needs the `ros` extra (`pip install 'pncnn_jax[ros]'`: the pure-Python `rosbags` package; no ROS installation).
 IN is a rosbag2 directory (or its .db3 / .mcap file); it is only read. OUT must not exist: a new rosbag2
@@ -73,7 +73,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pncnn_jax.data import points as points_lib
-from pncnn_jax.runtime import run_files
+from pncnn_jax.runtime import cli, run_files
 from pncnn_jax.runtime.cli import first_line
 
 IMAGE, CAMERA_INFO, POINTCLOUD2 = "sensor_msgs/msg/Image", "sensor_msgs/msg/CameraInfo", "sensor_msgs/msg/PointCloud2"
@@ -219,10 +219,11 @@ def check_output(output: str | os.PathLike, overwrite: bool = False) -> pathlib.
 def complete_bag(input_bag: str | os.PathLike, output_bag: str | os.PathLike, completer: Any, *,
                  depth_topic: str | None = None, points_topic: str | None = None,
                  camera_info_topic: str | None = None, calib: str | os.PathLike | None = None,
-                 namespace: str = "/pncnn", progress: bool = True, overwrite: bool = False,
+                 namespace: str = "/pncnn", progress: bool | None = None, overwrite: bool = False,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
   """What `python -m pncnn_jax.inference.rosbag` does (module doc), with a loaded `completer`
   (`pncnn_jax.inference.completer.Completer`: (H, W) metres -> depth [m], sigma [m]). Returns a summary dict.
+  `progress`: a progress bar on stderr (None: only when stderr is a terminal; the command's --progress).
 
   Raises FileNotFoundError / FileExistsError / ValueError (one line naming the flag or the bag) before writing
   anything for a wrong bag, topic, calibration or output (`check_output`; `overwrite` replaces a bag this command
@@ -301,7 +302,7 @@ class _Frames:
     header = dataclasses.replace(msg.header, frame_id=info.header.frame_id)
     return depth, header, info
 
-  def complete(self, out: pathlib.Path, completer: Any, *, namespace: str, progress: bool,
+  def complete(self, out: pathlib.Path, completer: Any, *, namespace: str, progress: bool | None,
                log: Callable[[str], None]) -> dict[str, Any]:
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
@@ -336,7 +337,8 @@ class _Frames:
         run_files.write_writer(out, record)
         conns = {k: writer.add_connection(t, CAMERA_INFO if k == "camera_info" else IMAGE, typestore=ts)
                  for k, t in topics.items() if k != "camera_info" or self.info_topic}
-        bar = tqdm(total=self.count, unit="frame", desc="completing", disable=not progress, file=sys.stderr)
+        bar = tqdm(total=self.count, unit="frame", desc="completing", file=sys.stderr,
+                   disable=not (cli.progress_enabled("auto") if progress is None else progress))
         for conn, bag_time, raw in reader.messages(connections=self.conns):
           msg = ts.deserialize_cdr(raw, conn.msgtype)
           sparse, header, info = self.sparse(msg, n)
@@ -424,11 +426,15 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--fill_unsupported", action="store_true",
                       help="write the network's depth (clamped at 0) and sigma also where they are not valid (no "
                            "measurement within 8 px): every pixel a number; default NaN there")
-  parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+  parser.add_argument("--progress", choices=cli.PROGRESS_MODES, default=None, help=cli.PROGRESS_HELP)
+  parser.add_argument("--no_progress", action="store_true", help="deprecated: --progress off")
   parser.add_argument("--overwrite", action="store_true",
                       help="replace an OUT that this command wrote: a finished bag, or a partial one left by a killed "
                            "conversion (anything else is never replaced)")
   a = parser.parse_args(argv)
+  if a.no_progress:
+    cli.deprecated("--no_progress", "--progress off")
+  progress = cli.progress_enabled(a.progress or ("off" if a.no_progress else "auto"))
   out = pathlib.Path(a.output)
   try:
     frames = _Frames(a.input, depth_topic=a.depth_topic, points_topic=a.points_topic,
@@ -437,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.namespace.startswith("/") or a.namespace.rstrip("/") == "":
       raise ValueError(f"--namespace {a.namespace!r}: expected an absolute topic prefix such as /pncnn")
     completer = completer_lib.Completer.from_checkpoint(a.checkpoint, fill_unsupported=a.fill_unsupported)
-    frames.complete(out, completer, namespace=a.namespace.rstrip("/"), progress=not a.no_progress, log=print)
+    frames.complete(out, completer, namespace=a.namespace.rstrip("/"), progress=progress, log=print)
   except BagWriteError as e:
     print(f"error: {e.strerror}", file=sys.stderr)
     return 1

@@ -36,6 +36,46 @@ A misspelled field is an error with a "Did you mean" hint. KITTI / NYU are built
 """
 
 
+PROGRESS_MODES = ("auto", "on", "off")
+PROGRESS_HELP = "the progress bar on stderr: auto (only when stderr is a terminal), on or off"
+
+
+def progress_enabled(mode: str, stream=None) -> bool:
+  """`--progress auto|on|off` of every command: whether to draw a progress bar. 'auto' draws one only when `stream`
+  (default stderr, where the bars go) is a terminal, so that logs and pipes get no carriage-return redraws."""
+  if mode not in PROGRESS_MODES:
+    raise ValueError(f"--progress {mode!r}: expected one of {', '.join(PROGRESS_MODES)}")
+  if mode == "auto":
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+  return mode == "on"
+
+
+def deprecated(old: str, new: str) -> None:
+  """The one-line notice of a deprecated spelling that still works for this release."""
+  print(f"note: {old} is deprecated and will be removed in the next release; use {new}", file=sys.stderr)
+
+
+def define_progress_flag() -> flags.FlagHolder:
+  """train.py's and eval.py's `--progress auto|on|off` (default auto)."""
+  return flags.DEFINE_enum("progress", "auto", list(PROGRESS_MODES), PROGRESS_HELP)
+
+
+def progress_from_flags(holder: flags.FlagHolder, config, argv: list[str] | None = None) -> bool:
+  """train.py's and eval.py's progress bar: `--progress` when given; else the deprecated `--config.progress_bar`
+  when given on the command line (with a notice: True is 'on', False 'off'); else 'auto', or 'off' where the
+  config sets progress_bar=False."""
+  argv = sys.argv[1:] if argv is None else argv
+  old = any(a.split("=")[0] == "--config.progress_bar" for a in argv)
+  if flags.FLAGS[holder.name].present:
+    return progress_enabled(holder.value)
+  if old:
+    deprecated("--config.progress_bar", "--progress on|off|auto")
+    return bool(config.progress_bar)
+  return progress_enabled("auto") if config.get("progress_bar", True) else False
+
+
 def first_line(e: BaseException) -> str:
   """The first line of an exception's message (its type's name when it has none): for one-line errors."""
   return (str(e).strip().splitlines() or [type(e).__name__])[0]

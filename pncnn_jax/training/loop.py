@@ -62,7 +62,7 @@ from pncnn_jax.checkpoints import identity as identity_lib
 from pncnn_jax.checkpoints import manager
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models, prng
-from pncnn_jax.runtime import compile_cache, run_files, sharding
+from pncnn_jax.runtime import cli, compile_cache, run_files, sharding
 from pncnn_jax.training import config_fields
 from pncnn_jax.training import ensemble as training_ensemble
 from pncnn_jax.training import step as training_step
@@ -343,7 +343,7 @@ def _finished(ckpt: manager.Checkpointer, config, workdir: pathlib.Path, total_s
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
                        *, stop_after_steps: int | None = None, allow_fallback: bool = False,
-                       allow_config_change: bool = False) -> dict[str, Any]:
+                       allow_config_change: bool = False, progress: bool | None = None) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming from its latest checkpoint), validating every epoch.
 
   Args:
@@ -357,6 +357,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       (the fields of `run_files.check_config_file`): it resumes from its latest checkpoint and trains on to the new
       config's last step with the new settings; the old config.json is kept as `config.until_step_<step>.json`.
       Without it such a rerun is a `run_files.ConfigChangedError` naming the fields, before anything is written.
+    progress: draw a progress bar on stderr (process 0); None: when `config.progress_bar` is set and stderr is a
+      terminal (train.py --progress auto|on|off).
 
   Returns:
     the last validation summary ({'step', 'val': {...}}, for an ensemble also 'rows': every member and fusion
@@ -383,14 +385,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       workdir.rmdir()
     raise
   try:
-    return _train(config, workdir, stop_after_steps, allow_fallback, allow_config_change)
+    if progress is None:
+      progress = bool(config.progress_bar) and cli.progress_enabled("auto")
+    return _train(config, workdir, stop_after_steps, allow_fallback, allow_config_change, progress)
   finally:
     if lock is not None:
       lock.release()
 
 
 def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_steps: int | None,
-           allow_fallback: bool, allow_config_change: bool) -> dict[str, Any]:
+           allow_fallback: bool, allow_config_change: bool, progress: bool) -> dict[str, Any]:
   loss_name = from_config.variant_loss(config)
   mesh = sharding.make_mesh()
   sharding.check_batch_size(config.batch_size, mesh)
@@ -437,7 +441,7 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
   val_units = evaluate.get_metric_set(config.metrics).units
   train_units = {**TRAIN_UNITS, **evaluate.get_metric_set(config.metrics).train_units}
   bar = None
-  if config.progress_bar and is_main:
+  if progress and is_main:
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
     bar = tqdm(total=total_steps, initial=start, unit="step", dynamic_ncols=True, desc=config.variant)
   window: list[dict[str, float]] = []

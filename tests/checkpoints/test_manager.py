@@ -311,7 +311,7 @@ def test_training_survives_concurrent_readers(tmp_path):
           "--config.data.eval_crop_height=32", "--config.data.eval_crop_width=64",
           "--config.data.synthetic_size=8", "--config.data.eval_synthetic_size=2", "--config.eval_batch_size=2",
           "--config.steps_per_epoch=6", "--config.num_epochs=1", "--config.checkpoint_every_steps=1",
-          "--config.max_to_keep=2", "--config.num_panels=2", "--config.progress_bar=False"]
+          "--config.max_to_keep=2", "--config.num_panels=2", "--progress=off"]
   env = dict(os.environ, PYTHONPATH=str(REPO))
   proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)

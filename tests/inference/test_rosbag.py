@@ -187,10 +187,12 @@ def test_pointcloud_bag_with_camera_info_and_calibration(tmp_path, ros, complete
   calib.write_text(yaml.safe_dump({"T_cam_from_lidar": T_CAM_FROM_LIDAR.tolist()}))
   before = _digest(inp)
   out = tmp_path / "out"
-  assert rosbag.main(["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--no_progress",
+  assert rosbag.main(["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--progress", "on",
                       "--points_topic", "/lidar/points", "--camera_info_topic", "/camera/camera_info",
                       "--calib", str(calib)]) == 0
-  assert "wrote " + str(out) + ": 2 frames" in capsys.readouterr().out
+  captured = capsys.readouterr()
+  assert "wrote " + str(out) + ": 2 frames" in captured.out
+  assert "\r" in captured.err and "2/2" in captured.err  # --progress on: the bar, although stderr is no terminal
   assert _digest(inp) == before
   expected = []
   for i, baseline_px in enumerate([0.0, -6.0]):  # cloud 1 takes the second CameraInfo (stamped at or before it)
@@ -220,7 +222,10 @@ def test_pixels_without_support_are_nan_in_32fc1(tmp_path, ros, capsys):
     out = tmp_path / f"out_{fill}"
     assert rosbag.main(["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--no_progress",
                         "--depth_topic", "/camera/depth/image"] + (["--fill_unsupported"] if fill else [])) == 0
-    stdout = capsys.readouterr().out
+    captured = capsys.readouterr()
+    stdout = captured.out
+    assert captured.err.splitlines() == ["note: --no_progress is deprecated and will be removed in the next release; "
+                                         "use --progress off"]  # the old spelling works: no bar, one notice
     got = _read(out, ros)
     depth, sigma = (_pixels(got[t][0][1]) for t in ("/pncnn/depth", "/pncnn/sigma"))
     if not fill:  # rows 0-1: no measurement within 8 rows
@@ -342,7 +347,7 @@ def _depth_bag(tmp_path, ros, frames=3):
 
 def _command(script, inp, out, *extra):
   return subprocess.Popen([sys.executable, "-c", script, "--input", str(inp), "--output", str(out), "--checkpoint",
-                           MODEL, "--depth_topic", "/camera/depth/image", "--no_progress", *extra], cwd=REPO,
+                           MODEL, "--depth_topic", "/camera/depth/image", *extra], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
 
@@ -382,8 +387,7 @@ def test_sigkill_leaves_a_partial_bag_that_a_rerun_names_and_replaces(tmp_path, 
   finally:
     p.kill()
   assert (out / "out.db3").is_file() and not (out / "metadata.yaml").exists()
-  args = ["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--depth_topic", "/camera/depth/image",
-          "--no_progress"]
+  args = ["--input", str(inp), "--output", str(out), "--checkpoint", MODEL, "--depth_topic", "/camera/depth/image"]
   assert rosbag.main(args) == 2
   assert capsys.readouterr().err.strip() == (
       f"error: --output {out} is a partial bag conversion (no metadata.yaml: a conversion of {inp} was killed before "
