@@ -36,10 +36,22 @@ def test_python_m_an_alias_runs_the_module(name):
 
 def test_console_scripts_name_existing_functions():
   scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-  assert {"pncnn-predict", "pncnn-export", "pncnn-convert"} <= set(scripts)
+  assert {"pncnn-predict", "pncnn-export", "pncnn-convert", "pncnn-rosbag"} <= set(scripts)
   for target in scripts.values():
     module, _, func = target.partition(":")
     assert callable(getattr(importlib.import_module(module), func)), target
+
+
+@pytest.mark.parametrize("script", ["pncnn-predict", "pncnn-rosbag"])
+def test_a_console_script_runs_its_command_with_one_progress_flag(script):
+  """What the installed script runs (its entry point, called as the generated wrapper calls it) answers --help
+  and takes the one --progress auto|on|off of every command."""
+  module, _, func = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"][script].partition(":")
+  code = f"import sys; from {module} import {func}; sys.argv[0] = {script!r}; sys.exit({func}(['--help']))"
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                     env={"JAX_PLATFORMS": "cpu", "PATH": ""})
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "usage:" in r.stdout.lower() and "--progress {auto,on,off}" in r.stdout, r.stdout[:2000]
 
 
 def test_the_package_door_is_lazy():
