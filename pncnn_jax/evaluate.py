@@ -319,18 +319,6 @@ def format_table(rows: Mapping[str, Mapping[str, Any]], metric_set: str = "kitti
   return run_files.markdown_table(rows, list(keys), UNITS[metric_set], header)
 
 
-def _atomic(path: str | pathlib.Path, write: Callable[[pathlib.Path], Any]) -> None:
-  """write(tmp) on a temporary name beside `path`, then a rename: a report under its name is complete, and a link
-  planted under that name is replaced, never written through."""
-  path = pathlib.Path(path)
-  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  try:
-    write(tmp)
-    os.replace(tmp, path)
-  finally:
-    tmp.unlink(missing_ok=True)
-
-
 REPORT_FILES = ("results.json", "results.csv", "results.md", "sparsification.png", "panels.png")
 
 
@@ -349,7 +337,8 @@ def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, met
                                 "oracle": result.sparsification.oracle.tolist(),
                                 "model": result.sparsification.model.tolist()},
              **(dict(extra) if extra else {})}
-  _atomic(paths["json"], lambda t: t.write_text(json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n"))
+  text = json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n"
+  run_files.atomic_write(paths["json"], lambda t: t.write_text(text))
 
   def write_csv(tmp):
     with open(tmp, "w", newline="", encoding="utf-8") as f:
@@ -357,14 +346,14 @@ def write_reports(result: EvalResult, outdir: str | pathlib.Path, name: str, met
       w.writerow(["name"] + list(summ))
       w.writerow([name] + ["" if v is None else v for v in summ.values()])
 
-  _atomic(paths["csv"], write_csv)
-  _atomic(paths["md"], lambda t: t.write_text(format_table({name: summ}, metric_set) + "\n"))
+  run_files.atomic_write(paths["csv"], write_csv)
+  run_files.atomic_write(paths["md"], lambda t: t.write_text(format_table({name: summ}, metric_set) + "\n"))
   gustafsson = {name: result.sparsification_gustafsson} if result.sparsification_gustafsson is not None else None
-  _atomic(paths["sparsification"], lambda t: viz.sparsification_plot(
+  run_files.atomic_write(paths["sparsification"], lambda t: viz.sparsification_plot(
       {name: result.sparsification}, t, gustafsson=gustafsson,
       title=f"Sparsification curves of {name} (lower is better; AUSE = area between model and oracle)"))
   if result.panels:
-    _atomic(paths["panels"], lambda t: viz.panels_figure(
+    run_files.atomic_write(paths["panels"], lambda t: viz.panels_figure(
         result.panels, t, uncertainty_label=result.uncertainty_kind, model_name=name,
         row_labels=[f"image {n}" if n.isdigit() else n for n in result.panel_names] or None))
   else:

@@ -179,11 +179,16 @@ def _forward(model: models.PNCNN, loss: str, rule: str | None, scales: tuple[flo
   return jax.jit(fused)
 
 
+def padded_size(h: int, w: int, multiple: int = MULTIPLE) -> tuple[int, int]:
+  """(H, W) rounded up to multiples of `multiple`, and to at least MULTIPLE (8) pixels (which the three 2x2 poolings
+  need): the frame the network runs on (`pad_batch`, and the exported graphs)."""
+  return max(h + (-h % multiple), MULTIPLE), max(w + (-w % multiple), MULTIPLE)
+
+
 def pad_batch(sparse_bhw: np.ndarray, multiple: int = MULTIPLE) -> np.ndarray:
-  """Zero-pads (B, H, W) at the bottom and right to multiples of `multiple`, and to at least MULTIPLE (8) pixels
-  (which the three 2x2 poolings need)."""
+  """Zero-pads (B, H, W) at the bottom and right to `padded_size`."""
   _, h, w = sparse_bhw.shape
-  hp, wp = max(h + (-h % multiple), MULTIPLE), max(w + (-w % multiple), MULTIPLE)
+  hp, wp = padded_size(h, w, multiple)
   return np.pad(sparse_bhw, ((0, 0), (0, hp - h), (0, wp - w)))
 
 

@@ -105,12 +105,12 @@ def serving_fn(model: models.PNCNN, variables: dict[str, Any], *, fill_unsupport
                ) -> Callable[[jax.Array], tuple[jax.Array, jax.Array, jax.Array]]:
   """sparse (B, H, W, 1) metres -> (depth [m], confidence, valid (1/0)), eval mode, the variables closed over as
   constants: the Completer's computation (pncnn_jax.inference.completer, steps 3-5) for one model. The input is
-  zero-padded at the bottom and right to a multiple of 8 (`completer.pad_batch`) and the outputs cropped back; the
+  zero-padded at the bottom and right to a multiple of 8 (`completer.padded_size`) and the outputs cropped back; the
   depth is clamped at 0; depth and confidence are NaN outside valid = support & ~clamped (`support_mask`) unless
   `fill_unsupported`."""
   def serve(sparse_depth):
     _, h, w, _ = sparse_depth.shape
-    hp, wp = (max(n + (-n % completer_lib.MULTIPLE), completer_lib.MULTIPLE) for n in (h, w))
+    hp, wp = completer_lib.padded_size(h, w)
     padded = jnp.pad(sparse_depth, ((0, 0), (0, hp - h), (0, wp - w), (0, 0)))
     out = model.apply(variables, padded, train=False)
     depth, confidence = out.depth[:, :h, :w], out.confidence[:, :h, :w]

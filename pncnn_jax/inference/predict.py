@@ -294,19 +294,10 @@ def atomic_write(path: pathlib.Path, write: Callable[[pathlib.Path], None]) -> p
   `path` (atomic on one file system): a file under its normal name is always complete, so an interrupted or
   failed run leaves no truncated output, and a rerun can trust what exists. On failure the temporary file is
   removed and WriteError names `path`."""
-  tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}{path.suffix}")
   try:
-    write(tmp)
-    os.replace(tmp, path)
+    return run_files.atomic_write(path, write, path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}{path.suffix}"))
   except OSError as e:
-    with contextlib.suppress(OSError):
-      tmp.unlink(missing_ok=True)
     raise WriteError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
-  except BaseException:
-    with contextlib.suppress(OSError):
-      tmp.unlink(missing_ok=True)
-    raise
-  return path
 
 
 def _save_npy(path: pathlib.Path, array: np.ndarray) -> pathlib.Path:

@@ -12,6 +12,7 @@ command lock their output folder, and record which model wrote it in `<folder>/p
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -22,7 +23,7 @@ import os
 import pathlib
 import socket
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import ml_collections
@@ -31,6 +32,22 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 RUNNING_FILE = "RUNNING"
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[pathlib.Path], Any], tmp: pathlib.Path | None = None
+                 ) -> pathlib.Path:
+  """Calls write(tmp) on a temporary name beside `path` (default `.<name>.<pid>.tmp`) and renames it to `path`
+  (atomic on one file system): a file under its name is always complete, and a link planted under that name is
+  replaced, never written through. The temporary file is removed if anything fails; the error propagates."""
+  path = pathlib.Path(path)
+  tmp = tmp or path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  try:
+    write(tmp)
+    os.replace(tmp, path)
+  finally:
+    with contextlib.suppress(OSError):
+      tmp.unlink(missing_ok=True)
+  return path
 
 
 class WorkdirBusyError(ValueError):
@@ -67,11 +84,10 @@ class WorkdirLock:
       log.warning("%s: cannot lock the workdir (%s); two runs here would not be stopped", self.workdir, e)
       return self
     self._fd = fd
-    try:  # a temporary name, then a rename: a link planted as RUNNING is replaced, never written through
-      tmp = self.info.with_name(f".{RUNNING_FILE}.{os.getpid()}.tmp")
-      tmp.write_text(json.dumps({"what": self.what, "pid": os.getpid(), "host": socket.gethostname(),
-                                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
-      os.replace(tmp, self.info)
+    info = json.dumps({"what": self.what, "pid": os.getpid(), "host": socket.gethostname(),
+                       "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n"
+    try:
+      atomic_write(self.info, lambda t: t.write_text(info))
     except OSError:
       self.release()
       raise
@@ -216,30 +232,34 @@ def _read_json(path: pathlib.Path) -> Any:
     return None
 
 
+def _changed_fields(old: Any, new: Mapping[str, Any], path: pathlib.Path) -> list[str]:
+  if not isinstance(old, dict) or old == new:
+    return []
+  if old.get("variant") != new.get("variant"):
+    raise ValueError(f"{path} holds a run of variant {old.get('variant')!r}, but config.variant is "
+                     f"{new.get('variant')!r}: use another --workdir")
+  return [n for n in config_differences(old, new) if n not in BOOKKEEPING_FIELDS]
+
+
 def check_config_file(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> list[str]:
   """The fields in which `<workdir>/config.json` differs from `config` (`config_differences`, the
   BOOKKEEPING_FIELDS left out; empty when there is no readable file); a ValueError naming the file if it holds a
   run of another variant. Reads only."""
-  old = _read_json(workdir / "config.json")
-  new = json.loads(config.to_json_best_effort())
-  if not isinstance(old, dict) or old == new:
-    return []
-  if old.get("variant") != new.get("variant"):
-    raise ValueError(f"{workdir / 'config.json'} holds a run of variant {old.get('variant')!r}, but config.variant "
-                     f"is {new.get('variant')!r}: use another --workdir")
-  return [n for n in config_differences(old, new) if n not in BOOKKEEPING_FIELDS]
+  path = workdir / "config.json"
+  return _changed_fields(_read_json(path), json.loads(config.to_json_best_effort()), path)
 
 
 def check_config_change(config: ml_collections.ConfigDict, workdir: pathlib.Path, *, step: int,
                         allow_change: bool = False) -> str:
-  """What `write_config` checks, reading only: '' when `<workdir>/config.json` holds these settings (or there is no
-  checkpoint yet, `step` 0), else the fields that differ as 'name: old -> new, ...' if `allow_change`, and a
-  ConfigChangedError naming them if not."""
-  changed = check_config_file(config, workdir)
+  """Reading only: '' when `<workdir>/config.json` holds these settings (or there is no checkpoint yet, `step` 0),
+  else the fields that differ as 'name: old -> new, ...' if `allow_change` (pass it to `write_config`), and a
+  ConfigChangedError naming them if not (a ValueError for a run of another variant)."""
+  path = workdir / "config.json"
+  old, new = _read_json(path), json.loads(config.to_json_best_effort())
+  changed = _changed_fields(old, new, path)
   if not changed or step <= 0:
     return ""
-  path = workdir / "config.json"
-  what = describe_differences(_read_json(path), json.loads(config.to_json_best_effort()), changed)
+  what = describe_differences(old, new, changed)
   if not allow_change:
     raise ConfigChangedError(f"{path} holds the settings this run was trained with until step {step}, and "
                              f"{len(changed)} field(s) differ: {what}; pass --allow_config_change to continue it with "
@@ -247,24 +267,20 @@ def check_config_change(config: ml_collections.ConfigDict, workdir: pathlib.Path
   return what
 
 
-def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path, *, step: int = 0,
-                 allow_change: bool = False) -> None:
-  """Writes `<workdir>/config.json` (atomically). A ValueError if it holds a run of another variant; a
-  ConfigChangedError naming the fields that differ if the run has checkpoints (`step` > 0, the step it resumes
-  from) and was trained with other settings, unless `allow_change` (train.py --allow_config_change): then the run
-  goes on with the new settings, and the config it was trained with until `step` is kept as
-  `config.until_step_<step>.json`. Before the first checkpoint nothing was trained: the new config replaces it."""
+def write_config(config: ml_collections.ConfigDict, workdir: pathlib.Path, *, step: int = 0, changed: str = ""
+                 ) -> None:
+  """Writes `<workdir>/config.json` (atomically), after `check_config_change` allowed it. `changed` is what that
+  check returned: the run continues from `step` with other settings (train.py --allow_config_change), and the
+  config it was trained with until then is kept as `config.until_step_<step>.json`. Before the first checkpoint
+  nothing was trained: the new config replaces the old."""
   path = workdir / "config.json"
-  what = check_config_change(config, workdir, step=step, allow_change=allow_change)
-  new = json.loads(config.to_json_best_effort())
-  if what:
+  if changed:
     kept = workdir / f"config.until_step_{step}.json"
     os.replace(path, kept)
     log.warning("continuing the run from step %d with other settings (%s); the earlier config is kept as %s", step,
-                what, kept)
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
-  os.replace(tmp, path)
+                changed, kept)
+  text = json.dumps(json.loads(config.to_json_best_effort()), indent=2, sort_keys=True) + "\n"
+  atomic_write(path, lambda t: t.write_text(text))
 
 
 WRITER_FILE = "pncnn_writer.json"  # in an output folder: which command and model wrote it (`claim_output`)
@@ -293,14 +309,8 @@ def read_writer(folder: str | os.PathLike) -> dict[str, Any] | None:
 
 def write_writer(folder: str | os.PathLike, record: Mapping[str, Any]) -> None:
   """Writes `<folder>/pncnn_writer.json` atomically (a temporary name, then a rename), with the time."""
-  path = pathlib.Path(folder) / WRITER_FILE
-  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  try:
-    tmp.write_text(json.dumps({**record, "written": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2, sort_keys=True)
-                   + "\n")
-    os.replace(tmp, path)
-  finally:
-    tmp.unlink(missing_ok=True)
+  text = json.dumps({**record, "written": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2, sort_keys=True) + "\n"
+  atomic_write(pathlib.Path(folder) / WRITER_FILE, lambda t: t.write_text(text))
 
 
 def claim_output(folder: str | os.PathLike, record: Mapping[str, Any], *, flag: str = "--output",

@@ -420,12 +420,12 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
     raise
   start = int(np.ravel(np.asarray(state.step))[0])  # (K,) steps for an ensemble, all equal
   try:  # every process checks (one line, before anything is written); process 0 writes
-    run_files.check_config_change(config, workdir, step=start, allow_change=allow_config_change)
+    changed = run_files.check_config_change(config, workdir, step=start, allow_change=allow_config_change)
   except BaseException:
     ckpt.close()
     raise
   if is_main:  # once the checkpoints are known to be of this config: a refused run leaves the workdir as it was
-    run_files.write_config(config, workdir, step=start, allow_change=allow_config_change)
+    run_files.write_config(config, workdir, step=start, changed=changed)
   compile_cache.enable(workdir)  # <workdir>/jax_cache unless the user chose (pncnn_jax/runtime/compile_cache.py)
   writer = run_files.MetricWriter(workdir, enabled=is_main)
   writer.drop_after(start)  # rows a killed run wrote after its last checkpoint: the resumed run rewrites them
