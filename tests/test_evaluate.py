@@ -51,12 +51,22 @@ def test_official_ncnn_conf_l1_reproduces_the_real_frame_goldens(official_l1):
     for k in metrics.KITTI_METRICS:
       np.testing.assert_allclose(res.metrics[k], float(g[f"metric/{k}"]), rtol=1e-5, err_msg=f"{cam} {k}")
     assert res.uncertainty["ause_pncnn"] == pytest.approx(float(g["ause"]), abs=1e-6)
-    np.testing.assert_allclose(res.sparsification.model, g["rmse_by_var"], atol=1e-5)
     np.testing.assert_allclose(res.sparsification.oracle, g["rmse_by_err"], atol=1e-6)
+    # The model curve ranks pixels by confidence, so one point can jump when float noise reorders two pixels
+    # at a kept-count boundary. Ours differs from the reference's confidence by up to 3.4e-5 relative (median
+    # 9e-7); putting those differences, shuffled, on the golden confidence moved the image_03 curve by up to
+    # 1.9e-5 (8 of 30 draws > 1e-5), as the CPUs of CI did once. So the curve is checked where it is well
+    # posed: the golden vectors give the golden curve (tests/test_metrics.py, 1e-6), our confidences are the
+    # golden ones, and the evaluator's curve is `ause_pncnn` of our own outputs, exactly.
+    p = res.panels[0]  # the evaluator's own outputs; its "uncertainty" is the confidence for an L1 model
+    valid = p["target"] > 0
+    conf = p["uncertainty"][valid]
+    np.testing.assert_allclose(conf, g["all_var"], rtol=1e-4, atol=1e-6)
+    ours = metrics.ause_pncnn(np.square(p["target"][valid] - p["depth"][valid]), conf)
+    np.testing.assert_array_equal(res.sparsification.model, ours.model)
     assert res.uncertainty["num_pixels"] == g["all_err"].size
     assert res.uncertainty["auce"] is None and res.uncertainty["nll"] is None  # no calibrated sigma for L1
     assert res.auroc_disturbed is None
-    p = res.panels[0]
     assert p["depth"].shape == (352, 1216)
     np.testing.assert_allclose(p["depth"], g["out"][0, 0], atol=5e-3)  # prediction tolerance of the goldens
 

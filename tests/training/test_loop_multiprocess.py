@@ -45,7 +45,8 @@ KILL_AFTER = 4  # the checkpoint after which process 1 is killed
 # Process 1 of the first launch stops after saving the checkpoint of step KILL_AFTER (so that the kill lands
 # after a complete checkpoint and before the end of the run, whatever the machine's speed), then train.py runs.
 _WORKER = r"""
-import os, pathlib, runpy, sys, time
+import faulthandler, os, pathlib, runpy, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that times out asks for every thread's stack
 stall = int(os.environ.get("PNCNN_TEST_STALL_AT", "0"))
 if stall:
   from pncnn_jax.checkpoints import manager
@@ -109,9 +110,15 @@ def _wait_all(procs, log_dir, tag, timeout):
     for p in procs:
       p.wait(timeout=max(1.0, deadline - time.monotonic()))
   except subprocess.TimeoutExpired:
+    codes = [p.poll() for p in procs]  # which one ended first says which one the other waits for
+    for p in procs:
+      if p.poll() is None:
+        p.send_signal(signal.SIGUSR1)  # the stacks of a hang, in its stderr
+    time.sleep(2.0)
     for p in procs:
       p.kill()
-    pytest.fail(f"{tag}: timed out after {timeout} s; process 0 stderr:\n{_log(log_dir, tag, 0)[-3000:]}")
+    pytest.fail(f"{tag}: timed out after {timeout} s; exit codes at the timeout {codes}\n" + "\n".join(
+        f"process {i} stderr:\n{_log(log_dir, tag, i)[-6000:]}" for i in range(len(procs))))
   for i, p in enumerate(procs):
     assert p.returncode == 0, f"{tag}: process {i} exited with {p.returncode}:\n{_log(log_dir, tag, i)[-3000:]}"
 
