@@ -13,6 +13,8 @@ The one entry point for training and evaluation code:
       "num_epochs": None,        # None = forever
       "shard_index": jax.process_index(), "shard_count": jax.process_count(),
       "data_dir": None,          # TFDS data_dir for kitti_depth / nyu_depth (see docs/DATA.md)
+      "sensors": "",             # '' = the dataset's own sensor; else a sensor or mixture of data.sensors,
+                                 # one drawn per example (e.g. 'lidar_mix'; docs/DATA.md, "Sensors")
   })
   batch = next(it)
   state = it.get_state()         # JSON-able dict; save it with the model checkpoint
@@ -27,6 +29,8 @@ Each batch is a dict of numpy arrays (NHWC, metres):
   synthetic only:
   disturbed (B, H, W, 1) bool     sparse points off the camera-visible surface (> 1 m)
   dense     (B, H, W, 1) float32  full camera z-buffer depth, 0 = sky
+  with a `sensors` mixture only:
+  sensor    (B,)                  the name of the sensor drawn for each example
 
 All keys of `pipeline.DataConfig` are accepted (unknown keys raise). Train defaults: shuffled,
 drop_remainder (fixed shapes); other splits: in order, last partial batch kept.

@@ -4,8 +4,17 @@ Order of operations (all index-based, so the whole pipeline is a deterministic f
 config and the position in the stream):
 
   source -> shuffle (seed; a new permutation each epoch) -> repeat (num_epochs or forever) ->
-  per-example map (decode, crop, NYU sparsifier; its rng derives from seed and the stream position)
+  per-example map (decode, crop, NYU sparsifier, sensor; its rng derives from seed and the stream position)
   -> batch (batch_size, per host) -> shard (every shard_count-th batch, from shard_index) -> iterator.
+
+Sensors (`sensors`, a name of `pncnn_jax.data.sensors`: a sensor or a mixture; '' = the dataset's own, as
+published): each example draws one sensor of the mixture from its rng, so the draw is a function of (seed, position)
+like the crops, and gets a `sensor` entry (its name). synthetic renders the drawn LiDAR preset (same scene, camera
+and ground truth) or VO points from the camera's dense depth, then the sensor's dropout, outliers and noise, and
+recomputes `disturbed` from the result; kitti_depth thins its HDL-64E scans by pitch binning (every k-th laser, on
+the full frame before the crop, with the 2011_09_26 intrinsics and LiDAR mount, `kitti_camera`) or draws VO points
+from the semi-dense ground truth; nyu_depth takes its uniform sampler or VO points from its depth, then dropout,
+outliers and noise (a depth camera has no lasers: sensors that thin or render a LiDAR are refused by `validate`).
 
 Sharding last makes the global batches independent of the number of hosts: with S hosts of batch p,
 global batch k is host 0's batch k, then host 1's, ..., row for row the single-host batch k of size
@@ -29,7 +38,7 @@ from typing import Any, Callable, Mapping, Optional
 import grain
 import numpy as np
 
-from pncnn_jax.data import sparsify, synthetic, synthetic_cache
+from pncnn_jax.data import sensors, sparsify, synthetic, synthetic_cache
 from pncnn_jax.runtime.registry import Registry
 
 
@@ -39,11 +48,14 @@ class Dataset:
 
   generated: rendered on the fly from an index (no data_dir; `synthetic_size` examples per epoch); else a
   prepared TFDS dataset read from `data_dir`. make_map(cfg): the grain RandomMap from an index (generated) or a
-  TFDS record to an example.
+  TFDS record to an example. sensor_sources: the sources of `pncnn_jax.data.sensors.Sensor` its map can make
+  (() = no `sensors` mixture); native_lidar: the LiDAR preset of its own input ('' = not a LiDAR: nothing to thin).
   """
   splits: tuple[str, ...]
   generated: bool
   make_map: Callable[[Any], grain.transforms.RandomMap]
+  sensor_sources: tuple[str, ...] = ()
+  native_lidar: str = ""
 
 
 # Extensions register theirs on import (pncnn_jax.flow: 'flow_synthetic').
@@ -64,6 +76,14 @@ def splits(name: str) -> tuple[str, ...]:
 def is_generated(name: str) -> bool:
   """Whether a dataset is rendered on the fly (no data_dir, `synthetic_size` examples per epoch)."""
   return name in DATASETS and DATASETS[name].generated
+
+
+def check_sensors(name: str, dataset: str) -> None:
+  """That the sensor or mixture `name` (of `pncnn_jax.data.sensors`) applies to `dataset`: a one-line ValueError
+  naming the valid names, or what the dataset takes, otherwise."""
+  sensors.members(name)
+  d = DATASETS[dataset]
+  sensors.check_for_dataset(name, dataset, d.sensor_sources, d.native_lidar)
 
 _SYNTHETIC_STREAM = {"train": 0, "val": 1, "test": 2}
 
@@ -92,6 +112,8 @@ class DataConfig:
   synthetic_cache_dir: Optional[str] = None  # pre-rendered scenes (data/synthetic_cache.py), used if present
   # nyu only
   nyu_num_samples: int = 1000  # expected sparse samples per image (docs/SPEC.md §10.4)
+  # sensors: a sensor or mixture of pncnn_jax.data.sensors drawn per example; '' = the dataset's own sensor
+  sensors: str = ""
 
   @classmethod
   def from_mapping(cls, cfg: Mapping[str, Any]) -> "DataConfig":
@@ -118,6 +140,8 @@ class DataConfig:
       raise ValueError(f"need 0 <= shard_index < shard_count, got {self.shard_index}, {self.shard_count}")
     if self.num_epochs is not None and self.num_epochs <= 0:
       raise ValueError(f"num_epochs must be positive or None, got {self.num_epochs}")
+    if self.sensors:
+      check_sensors(self.sensors, self.dataset)
     if not is_generated(self.dataset) and not self.data_dir:  # build.DatasetNotFoundError, with the build command
       from pncnn_jax.data import build  # here: `python -m pncnn_jax.data.build` must not find it imported by data/
       build.check_prepared(self.dataset, self.data_dir, self.split)
@@ -159,11 +183,29 @@ class _Synthetic(grain.transforms.RandomMap):
   def random_map(self, index, rng: np.random.Generator):
     c, s = self._cfg, self._scfg
     window = sparsify.crop_window(s.height, s.width, c.crop_height, c.crop_width, c.crop, rng)
-    if self._cache is not None:
+    if not c.sensors:  # the dataset's own sensor: no further draw from rng (the published streams, bit for bit)
+      return self._render(index, s, window)
+    d = sensors.draw(c.sensors, rng)
+    preset = d.lidar or s.lidar  # 'native' and 'vo': the generator's own LiDAR
+    scfg = s if preset == s.lidar and d.every == 1 else dataclasses.replace(
+        s, lidar=preset, lidar_beams=sensors.lidar(preset).beams // d.every)
+    ex = self._render(index, scfg, window)
+    dense = ex["dense"]
+    if d.source == "vo":  # from the visible surface within the LiDAR's range, in place of the LiDAR
+      ex["sparse"] = sensors.vo_points(np.where(dense < s.max_range_m, dense, 0.0), d.vo_density, rng)
+    sparse = sensors.apply_transforms(ex["sparse"], d, rng)
+    ex["sparse"] = sparse
+    ex["disturbed"] = (sparse > 0) & ((dense == 0) | (np.abs(sparse - dense) > s.disturbed_threshold_m))
+    ex["sensor"] = np.asarray(d.name)
+    return ex
+
+  def _render(self, index, scfg: synthetic.SyntheticConfig, window):
+    c, s = self._cfg, self._scfg
+    if self._cache is not None and scfg == s:
       ex = self._cache.lookup(c.synthetic_seed, self._stream, int(index), window or (0, 0, s.height, s.width))
       if ex is not None:
         return ex
-    return synthetic.generate(c.synthetic_seed, int(index), s, window=window, stream=self._stream)
+    return synthetic.generate(c.synthetic_seed, int(index), scfg, window=window, stream=self._stream)
 
 
 class _Real(grain.transforms.RandomMap):
@@ -174,24 +216,53 @@ class _Real(grain.transforms.RandomMap):
 
   def random_map(self, rec, rng: np.random.Generator):
     c = self._cfg
+    d = sensors.draw(c.sensors, rng) if c.sensors else None
     if c.dataset == "kitti_depth":
       sparse = np.asarray(rec["sparse"], np.float32) / np.float32(256.0)
       target = np.asarray(rec["target"], np.float32) / np.float32(256.0)
+      if d is not None and d.source == "vo":  # from the semi-dense ground truth, in place of the LiDAR
+        sparse = sensors.vo_points(target, d.vo_density, rng)
+      elif d is not None and d.every > 1:  # the full frame: its lasers counted from the top
+        sparse = sensors.thin_depth(sparse, d.every, *kitti_camera(*sparse.shape[:2]))
     else:
       target = np.asarray(rec["depth"], np.float32)
       target = np.where(np.isfinite(target) & (target > 0), target, np.float32(0.0))
-      sparse = sparsify.uniform_sparsify(target, c.nyu_num_samples, rng)
+      if d is not None and d.source == "vo":
+        sparse = sensors.vo_points(target, d.vo_density, rng)
+      else:
+        sparse = sparsify.uniform_sparsify(target, c.nyu_num_samples, rng)
+    if d is not None:
+      sparse = sensors.apply_transforms(sparse, d, rng)
     name = rec["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
     ex = {"sparse": sparse, "target": target, "name": np.asarray(name)}
+    if d is not None:
+      ex["sensor"] = np.asarray(d.name)
     ex = _crop(ex, c, rng)
     ex["valid"] = ex["target"] > 0
     return ex
 
 
-register_dataset("synthetic", Dataset(("train", "val", "test"), generated=True, make_map=_Synthetic))
-register_dataset("kitti_depth", Dataset(("train", "val", "selval", "test"), generated=False, make_map=_Real))
-register_dataset("nyu_depth", Dataset(("train", "val"), generated=False, make_map=_Real))
+def kitti_camera(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+  """(K, T_cam_from_lidar) of a KITTI depth-completion frame of height x width, for pitch binning: the 2011_09_26
+  calibration (K of P_rect_02, the LiDAR mount of `synthetic.kitti_lidar_to_camera`), the frame taken as the
+  bottom-centre crop of its 375 x 1242 image, as val_selection_cropped is (352 x 1216: cx 596.56, cy 149.85). The
+  other days' cameras differ by up to ~2 % in focal length and ~12 px in principal point: a near-uniform shift of
+  the elevations, which the clustering of `sensors.depth_laser_ids` does not depend on (docs/deploy/sensors.md)."""
+  K = np.array([[synthetic.KITTI_FX, 0.0, synthetic.KITTI_CX + (width - synthetic.KITTI_WIDTH) / 2],
+                [0.0, synthetic.KITTI_FY, synthetic.KITTI_CY + (height - synthetic.KITTI_HEIGHT)],
+                [0.0, 0.0, 1.0]])
+  T = np.eye(4)
+  T[:3, :3], T[:3, 3] = synthetic.LIDAR_ROTATION, synthetic.LIDAR_ORIGIN
+  return K, T
+
+
+register_dataset("synthetic", Dataset(("train", "val", "test"), generated=True, make_map=_Synthetic,
+                                      sensor_sources=("native", "lidar", "vo"), native_lidar="hdl64"))
+register_dataset("kitti_depth", Dataset(("train", "val", "selval", "test"), generated=False, make_map=_Real,
+                                        sensor_sources=("native", "vo"), native_lidar="hdl64"))
+register_dataset("nyu_depth", Dataset(("train", "val"), generated=False, make_map=_Real,
+                                      sensor_sources=("native", "vo")))
 
 
 def _source(cfg: DataConfig) -> grain.MapDataset:

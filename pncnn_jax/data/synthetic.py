@@ -1,4 +1,4 @@
-"""Synthetic KITTI-like street scenes with a simulated 64-beam spinning LiDAR (no files needed).
+"""Synthetic KITTI-like street scenes seen by a simulated spinning LiDAR (no files needed).
 
 A scene is a set of simple solids in a "street" frame (x right, y down, z forward; metres, the
 camera at the origin looking along +z, the road plane at y = +1.65 m, KITTI's camera height):
@@ -8,19 +8,23 @@ poles, trees (trunk + crown) and pedestrians (body + head). It is seen by
 * a camera with KITTI's val_selection_cropped intrinsics (352x1216, fx = fy = 721.5377,
   cx = 596.5593, cy = 149.854): dense depth z (metres along the optical axis) from ray casting
   every pixel centre (a z-buffer over the solids; sky = 0);
-* a Velodyne HDL-64E (64 beams, +2.4 to -8.1 deg in 32 steps and -8.6 to -24.0 deg in 32 steps,
-  spinning with a fixed azimuth step), mounted with KITTI's LiDAR-to-camera transform
-  (`kitti_lidar_to_camera`, parsed from the 2011_09_26 calib_velo_to_cam / calib_cam_to_cam files:
-  the LiDAR sits about 27 cm behind, 8 cm above and 6 cm right of camera 2). Returns get Gaussian
-  range noise and range-dependent dropouts, are projected into the camera (nearest return wins
-  per pixel) like KITTI's velodyne_raw maps.
+* a spinning LiDAR, by default a Velodyne HDL-64E (64 beams, +2.4 to -8.1 deg in 32 steps and -8.6 to
+  -24.0 deg in 32 steps, spinning with a fixed azimuth step), mounted with KITTI's LiDAR-to-camera
+  transform (`kitti_lidar_to_camera`, parsed from the 2011_09_26 calib_velo_to_cam / calib_cam_to_cam
+  files: the LiDAR sits about 27 cm behind, 8 cm above and 6 cm right of camera 2). Returns get
+  Gaussian range noise and range-dependent dropouts, are projected into the camera (nearest return
+  wins per pixel) like KITTI's velodyne_raw maps. `SyntheticConfig.lidar` names another preset of
+  `pncnn_jax.data.sensors.LIDARS` (hdl32, vlp16, os1_32, os1_128: their own elevations, azimuth step
+  and mount height, the mount moved up or down from the HDL-64E's by the difference): the same scene,
+  camera and ground truth, its own rays. The default, hdl64, is the generator as it always was.
 
 Because the two sensors see from different places, LiDAR returns from the background appear
 through the edges of foreground objects: each sparse pixel carries `disturbed`, true when its depth
 differs from the camera-visible surface at that pixel by more than `disturbed_threshold_m`.
-The KITTI-like semi-dense ground truth keeps dense depth where the LiDAR's vertical field covers
-the visible surface, up to `gt_max_depth_m`, with a Bernoulli fill (accumulated scans are not
-complete); `dense` is the full z-buffer.
+The KITTI-like semi-dense ground truth keeps dense depth where the HDL-64E's vertical field covers
+the visible surface (whatever the LiDAR: the same ground truth for every sensor), up to
+`gt_max_depth_m`, with a Bernoulli fill (accumulated scans are not complete); `dense` is the full
+z-buffer.
 
 Determinism: sample `index` of `seed` is always the same scene, noise and dropouts, whatever window
 of the frame is rendered (all random fields are drawn for the full frame / full scan first).
@@ -40,7 +44,7 @@ from typing import Optional
 
 import numpy as np
 
-from pncnn_jax.data import raycast
+from pncnn_jax.data import raycast, sensors
 
 # KITTI val_selection_cropped intrinsics (../shared/data/kitti_depth_mini/intrinsics_*.txt).
 KITTI_FX = 721.5377
@@ -88,10 +92,9 @@ def kitti_lidar_to_camera(velo_to_cam_r, velo_to_cam_t, r_rect_00, p_rect_02):
 
 LIDAR_ROTATION, LIDAR_ORIGIN = kitti_lidar_to_camera(_VELO_TO_CAM_R, _VELO_TO_CAM_T, _R_RECT_00,
                                                      _P_RECT_02)
-# HDL-64E elevations (degrees): upper block 32 lasers at ~1/3 deg, lower block 32 at ~1/2 deg. The
-# datasheet says +2 to -24.8 deg; the peaks of the elevation histogram of the real KITTI scan
-# (kitti_raw_mini, frame 5) run from +2.4 to -23.7 deg, which these values follow.
-HDL64_ELEVATIONS_DEG = np.concatenate([np.linspace(2.4, -8.1, 32), np.linspace(-8.6, -24.0, 32)])
+# HDL-64E elevations (degrees; the hdl64 preset's, pncnn_jax.data.sensors): upper block 32 lasers at ~1/3 deg, lower
+# block 32 at ~1/2 deg, following the real KITTI scan.
+HDL64_ELEVATIONS_DEG = sensors.HDL64_ELEVATIONS_DEG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,17 +106,34 @@ class SyntheticConfig:
   fy: float = KITTI_FY
   cx: float = KITTI_CX  # principal point, pixels (pixel centres at integer coordinates)
   cy: float = KITTI_CY
-  azimuth_step_deg: float = 0.175  # LiDAR azimuth step (KITTI scan median; see module doc)
+  azimuth_step_deg: Optional[float] = None  # LiDAR azimuth step, degrees; None: the preset's (hdl64: 0.175, the KITTI
+  #                                           scan's median; see module doc)
   range_noise_m: float = 0.02  # std of Gaussian LiDAR range noise, metres
   dropout: float = 0.01  # base probability that a LiDAR return is missing
   far_dropout: float = 0.10  # extra dropout probability at max_range_m (grows as (r/max)^2)
   max_range_m: float = 100.0  # LiDAR maximum range, metres
-  lidar_beams: int = 64  # 64, 32 or 16: every (64 / lidar_beams)-th laser of the HDL-64E, from the top (a 32- or
-  #                        16-beam LiDAR with the same vertical field; same scene, noise and dropouts per kept beam)
+  lidar: str = "hdl64"  # the LiDAR preset (pncnn_jax.data.sensors.LIDARS): elevations, azimuth step, mount height
+  lidar_beams: Optional[int] = None  # None: every laser of the preset; else a divisor B of its beams: every
+  #                        (beams / B)-th laser from the top (e.g. hdl64 with 32 or 16: a 32- or 16-beam LiDAR with
+  #                        the same vertical field; same scene, noise and dropouts per kept beam)
   sky_depth_m: float = 200.0  # camera rays that hit nothing within this distance are sky (0)
   gt_max_depth_m: float = 80.0  # semi-dense ground truth keeps depths up to this, metres
   gt_fill: float = 0.32  # Bernoulli fill of the semi-dense ground truth inside the LiDAR field
   disturbed_threshold_m: float = 1.0  # |sparse - visible surface| above this = disturbed
+
+  def resolved(self) -> "SyntheticConfig":
+    """This config with the preset's values in place of None (azimuth_step_deg, lidar_beams), checked: two configs
+    render the same scans iff their resolved forms are equal (the scene cache compares these)."""
+    lid = sensors.lidar(self.lidar)
+    beams = lid.beams if self.lidar_beams is None else self.lidar_beams
+    if isinstance(beams, bool) or not isinstance(beams, int) or beams < 1 or lid.beams % beams:
+      divisors = [d for d in range(lid.beams, 0, -1) if lid.beams % d == 0]
+      raise ValueError(f"SyntheticConfig.lidar_beams must be None or a divisor of the {lid.beams} beams of "
+                       f"{self.lidar!r} ({', '.join(map(str, divisors))}), got {self.lidar_beams!r}")
+    step = lid.azimuth_step_deg if self.azimuth_step_deg is None else self.azimuth_step_deg
+    if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
+      raise ValueError(f"SyntheticConfig.azimuth_step_deg must be None or positive degrees, got {step!r}")
+    return dataclasses.replace(self, azimuth_step_deg=float(step), lidar_beams=beams)
 
 
 # ----------------------------------------------------------------------------- scene
@@ -241,11 +261,11 @@ def _render_camera(scene, cfg, top, left, h, w):
   return depth
 
 
-def _lidar_rays(cfg):
-  """Nominal LiDAR ray directions in the camera frame, (64, A, 3), and their azimuths (A,)."""
+def _lidar_rays(lidar: sensors.Lidar, azimuth_step_deg: float):
+  """Nominal LiDAR ray directions in the camera frame, (beams, A, 3), and their azimuths (A,)."""
   half = 60.0
-  az = np.arange(-half, half, cfg.azimuth_step_deg)
-  el = np.deg2rad(HDL64_ELEVATIONS_DEG)[:, None]
+  az = np.arange(-half, half, azimuth_step_deg)
+  el = np.deg2rad(np.asarray(lidar.elevations_deg, np.float64))[:, None]
   a = np.deg2rad(az)[None, :]
   d_velo = np.stack(np.broadcast_arrays(np.cos(el) * np.cos(a), np.cos(el) * np.sin(a), np.sin(el)), -1)
   return d_velo @ LIDAR_ROTATION.T, az
@@ -257,16 +277,19 @@ def _render_lidar(scene, cfg, rng, top, left, h, w):
   Returns:
     (h, w) float32 depth z in metres (0 = no return), nearest return per pixel.
   """
-  d_cam, az = _lidar_rays(cfg)
+  cfg = cfg.resolved()
+  lidar = sensors.lidar(cfg.lidar)
+  d_cam, az = _lidar_rays(lidar, cfg.azimuth_step_deg)
   n_el, n_az = d_cam.shape[:2]
   # All random draws cover the full scan so that every window sees the same scan.
   phase = rng.uniform(0.0, 1.0)
   noise = rng.normal(0.0, cfg.range_noise_m, (n_el, n_az))
   keep_u = rng.uniform(0.0, 1.0, (n_el, n_az))
-  if cfg.lidar_beams not in (64, 32, 16):
-    raise ValueError(f"SyntheticConfig.lidar_beams must be 64, 32 or 16, got {cfg.lidar_beams}")
-  beams = slice(None, None, n_el // cfg.lidar_beams)  # after the draws: the kept beams see the 64-beam scan's
+  beams = slice(None, None, n_el // cfg.lidar_beams)  # after the draws: the kept beams see the full scan's
   d_cam, noise, keep_u = d_cam[beams], noise[beams], keep_u[beams]
+  # The mount: KITTI's for the hdl64 preset; another preset's mount height moves the LiDAR up (camera -y) or down.
+  dh = lidar.mount_height_m - sensors.lidar("hdl64").mount_height_m
+  origin = LIDAR_ORIGIN if dh == 0 else LIDAR_ORIGIN - np.array([0.0, dh, 0.0])
   # Spinning phase: rotate the scan by a sub-step azimuth (about the LiDAR z axis ~ camera -y).
   ph = math.radians(phase * cfg.azimuth_step_deg)
   rz = np.array([[math.cos(ph), -math.sin(ph), 0], [math.sin(ph), math.cos(ph), 0], [0, 0, 1]])
@@ -278,7 +301,7 @@ def _render_lidar(scene, cfg, rng, top, left, h, w):
   d_cam, noise, keep_u = d_cam[:, cols], noise[:, cols], keep_u[:, cols]
   rot = raycast.yaw_matrix(scene.yaw)
   d = (d_cam @ rot.T).astype(np.float32)
-  o = (rot @ LIDAR_ORIGIN).astype(np.float32)
+  o = (rot @ origin).astype(np.float32)
   t = raycast.hit_plane_y(o, d, scene.ground_y)
   for hit, params, _ in raycast.solids(scene):
     np.minimum(t, hit(o, d, params), out=t)
@@ -286,7 +309,7 @@ def _render_lidar(scene, cfg, rng, top, left, h, w):
   p_drop = cfg.dropout + cfg.far_dropout * np.minimum(rng_m / cfg.max_range_m, 1.0) ** 2
   ok = (rng_m < cfg.max_range_m) & (keep_u >= p_drop)
   r = rng_m[ok] + noise[ok]
-  pts = LIDAR_ORIGIN[None, :] + r[:, None] * d_cam[ok]
+  pts = origin[None, :] + r[:, None] * d_cam[ok]
   z = pts[:, 2]
   front = z > 0.5
   pts, z = pts[front], z[front]
@@ -322,7 +345,7 @@ def generate(seed: int, index: int, config: Optional[SyntheticConfig] = None,
   Args:
     seed: non-negative dataset seed.
     index: non-negative sample index.
-    config: sensor settings (default: KITTI-like 352x1216).
+    config: sensor settings (default: KITTI-like 352x1216, the hdl64 LiDAR).
     window: (top, left, height, width) inside the config's full frame; default the full frame.
       A window renders exactly the corresponding crop of the full frame, only faster.
     stream: non-negative sub-seed separating splits (pipeline: train 0, val 1, test 2).
@@ -337,6 +360,7 @@ def generate(seed: int, index: int, config: Optional[SyntheticConfig] = None,
       name: int64 scalar, the index.
   """
   cfg = config or SyntheticConfig()
+  cfg.resolved()  # an unknown preset or a bad lidar_beams fails before anything is rendered
   top, left, h, w = window if window is not None else (0, 0, cfg.height, cfg.width)
   if not (0 <= top and 0 <= left and h > 0 and w > 0 and top + h <= cfg.height and left + w <= cfg.width):
     raise ValueError(f"window {window} (top, left, height, width) is not inside the "

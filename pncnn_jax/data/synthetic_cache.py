@@ -13,7 +13,8 @@ Layout of a cache directory (written to `<dir>.tmp-<pid>` first, then renamed: a
 half-written cache under the final name; two processes writing the same cache both end with the one that was
 renamed first):
 
-  meta.json                       seed, stream, window, size, the SyntheticConfig fields, format version
+  meta.json                       seed, stream, window, size, the SyntheticConfig fields (resolved: the LiDAR preset's
+                                  azimuth step and beams written out), format version
   sparse.npy target.npy dense.npy (size, h, w, 1) float32 metres
   disturbed.npy                   (size, h, w, 1) bool
 """
@@ -39,7 +40,28 @@ _FIELDS = _FLOAT_FIELDS + ("disturbed",)
 def _meta(seed: int, stream: int, window: tuple[int, int, int, int], size: int,
           config: synthetic.SyntheticConfig) -> dict:
   return {"format": FORMAT, "seed": int(seed), "stream": int(stream), "window": [int(v) for v in window],
-          "size": int(size), "synthetic_config": dataclasses.asdict(config)}
+          "size": int(size), "synthetic_config": dataclasses.asdict(config.resolved())}
+
+
+def _saved_config(meta: dict) -> synthetic.SyntheticConfig:
+  """The resolved SyntheticConfig a cache was rendered with. A field added to SyntheticConfig later (lidar,
+  lidar_beams) reads as its default in an older cache; an older cache's azimuth_step_deg 0.175 and lidar_beams 64
+  are the hdl64 preset's, so it resolves to the default config as it did."""
+  fields = {f.name for f in dataclasses.fields(synthetic.SyntheticConfig)}
+  saved = meta.get("synthetic_config") or {}
+  unknown = sorted(set(saved) - fields)
+  if unknown:
+    raise ValueError(f"SyntheticConfig fields {unknown} of another generator version")
+  return synthetic.SyntheticConfig(**saved).resolved()
+
+
+def _same_settings(have: dict, want: dict) -> bool:
+  """Whether two metas describe the same cache (the SyntheticConfigs compared resolved)."""
+  strip = lambda m: {k: v for k, v in m.items() if k != "synthetic_config"}  # noqa: E731
+  try:
+    return strip(have) == strip(want) and _saved_config(have) == _saved_config(want)
+  except (TypeError, ValueError):
+    return False
 
 
 def build(path: str | os.PathLike, *, seed: int, stream: int, window: tuple[int, int, int, int], size: int,
@@ -90,7 +112,7 @@ def build(path: str | os.PathLike, *, seed: int, stream: int, window: tuple[int,
 def _existing(path: pathlib.Path, want: dict) -> pathlib.Path:
   """`path` when the cache there has the settings `want`; otherwise a ValueError naming both."""
   have = _read_meta(path)
-  if have != want:
+  if not _same_settings(have, want):
     raise ValueError(f"{path}: holds a synthetic cache of other settings ({have}); expected {want}")
   return path
 
@@ -134,10 +156,12 @@ class SceneCache:
   def __init__(self, path: str | os.PathLike, config: Optional[synthetic.SyntheticConfig] = None):
     self.path = pathlib.Path(path)
     meta = _read_meta(self.path)
-    cfg = config or synthetic.SyntheticConfig()
-    # A field added to SyntheticConfig later (e.g. lidar_beams) reads as its default in an older cache.
-    saved = {**dataclasses.asdict(synthetic.SyntheticConfig()), **(meta.get("synthetic_config") or {})}
-    if meta.get("format") != FORMAT or saved != dataclasses.asdict(cfg):
+    cfg = (config or synthetic.SyntheticConfig()).resolved()
+    try:
+      same = meta.get("format") == FORMAT and _saved_config(meta) == cfg
+    except (TypeError, ValueError):
+      same = False
+    if not same:
       raise ValueError(f"{self.path}: cache of another generator version or SyntheticConfig; rebuild it")
     self.seed, self.stream, self.size = meta["seed"], meta["stream"], meta["size"]
     self.window = tuple(meta["window"])

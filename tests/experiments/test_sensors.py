@@ -23,8 +23,9 @@ def test_fewer_beams_keep_every_other_laser_of_the_same_scan():
   both = (ex[16]["sparse"] > 0) & (ex[32]["sparse"] > 0)
   assert both.sum() >= 0.95 * n[16]
   assert np.mean(ex[16]["sparse"][both] == ex[32]["sparse"][both]) > 0.95
-  with pytest.raises(ValueError, match="lidar_beams must be 64, 32 or 16, got 8"):
-    synthetic.generate(0, 0, synthetic.SyntheticConfig(lidar_beams=8), window=window)
+  with pytest.raises(ValueError, match=r"lidar_beams must be None or a divisor of the 64 beams of 'hdl64' "
+                                       r"\(64, 32, 16, 8, 4, 2, 1\), got 48"):
+    synthetic.generate(0, 0, synthetic.SyntheticConfig(lidar_beams=48), window=window)
 
 
 def test_visual_odometry_points_are_sparse_noisy_surface_points():
