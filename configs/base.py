@@ -40,6 +40,10 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
   c.data.eval_synthetic_size = 0  # synthetic only: validation scenes
   c.data.synthetic_cache_dir = ""  # synthetic only: pre-rendered scenes (pncnn_jax.data.synthetic_cache), if present
   c.data.nyu_num_samples = 1000  # nyu only: expected sparse samples per image
+  c.data.sensors = ml_collections.ConfigDict()  # one sensor per example, drawn from a named sensor or mixture of
+  # pncnn_jax.data.sensors (docs/DATA.md, "Sensors"); '' = the dataset's own sensor, as published
+  c.data.sensors.train = ""  # the training stream's, e.g. 'lidar_mix'
+  c.data.sensors.eval = ""  # the validation / evaluation stream's
   c.data.num_threads = 4  # grain reader threads per host
 
   c.metrics = "kitti"  # 'kitti' (mm, 1/km) or 'nyu' (metres)

@@ -128,6 +128,7 @@ def data_config(config: ml_collections.ConfigDict, kind: str, *, batch_size: int
       "data_dir": d.data_dir,
       "num_threads": d.num_threads,
       "nyu_num_samples": d.nyu_num_samples,
+      "sensors": sensors_name(config, kind),
   }
   if data.pipeline.is_generated(d.dataset):  # rendered scenes: how many, and an optional cache
     out["synthetic_size"] = d.synthetic_size if kind == "train" else d.eval_synthetic_size
@@ -137,6 +138,13 @@ def data_config(config: ml_collections.ConfigDict, kind: str, *, batch_size: int
     out["shuffle"] = False
     out["drop_remainder"] = False
   return out
+
+
+def sensors_name(config: Mapping[str, Any], kind: str) -> str:
+  """The sensor or mixture of the training ('train') or evaluation ('eval') stream: `config.data.sensors.<kind>`
+  ('' = the dataset's own sensor; configs written before the `sensors` block have none)."""
+  block = config["data"].get("sensors") or {}
+  return str(block.get(kind, "") or "")
 
 
 def eval_iterator(config: ml_collections.ConfigDict):

@@ -115,6 +115,8 @@ def test_every_field_of_every_config_has_a_rule_and_passes(spec):
     ("data.eval_split", "nope", "must be one of 'train', 'val', 'test'"),
     ("data.dataset", "kitty", "must be one of 'flow_synthetic', 'kitti_depth', 'nyu_depth', 'synthetic'"),
     ("model.conv_precision", "foo", "must be one of 'default', 'high', 'highest'"),
+    ("data.sensors.train", "radar", "must be one of 'depth_camera_mix', 'dropout', 'hdl32', 'hdl64', "),
+    ("data.sensors.eval", "lidar64", "must be one of 'depth_camera_mix', 'dropout', 'hdl32', 'hdl64', "),
     ("model.nconv_init", "xavier", "must be one of 'published', 'repo'"),
     ("loss", "l3", "must be one of "),
     ("variant", "pncn", "must be one of "),
@@ -132,6 +134,39 @@ def test_each_field_out_of_range_is_named_with_its_allowed_values(field, value, 
   with pytest.raises(from_config.ConfigError) as e:
     config_fields.check_config(c)
   assert str(e.value).startswith(f"config.{field}={value!r}: {message}"), str(e.value)
+
+
+def test_sensor_fields_name_their_values_and_fit_the_dataset():
+  c = from_config.load_config(f"{REPO}/configs/synthetic.py:pncnn")
+  c.data.sensors.train = "radar"
+  with pytest.raises(from_config.ConfigError) as e:
+    config_fields.check_config(c)
+  assert str(e.value).endswith(", 'vlp16', 'vo', or '' (the dataset's own sensor)"), str(e.value)
+  c = from_config.load_config(f"{REPO}/configs/nyu.py:pncnn")
+  c.data.sensors.eval = "lidar_mix"
+  with pytest.raises(from_config.ConfigError, match=r"^config.data.sensors.eval='lidar_mix': sensors 'lidar_mix': "
+                                                    r"sensor 'lidar_any' has source 'lidar', which nyu_depth cannot "
+                                                    r"make .* nyu_depth takes sensors of source 'native' or 'vo'$"):
+    config_fields.check_config(c, training=False)
+  c.data.sensors.eval = "depth_camera_mix"
+  config_fields.check_config(c, training=False)
+
+
+def test_synthetic_config_on_a_sensor_mixture():
+  """configs/synthetic.py:<variant>,<mixture>: the recipe unchanged, the mixture in both streams."""
+  plain, mixed = cfg("synthetic", "pncnn"), cfg("synthetic", "pncnn,lidar_mix")
+  assert (plain.data.sensors.train, plain.data.sensors.eval) == ("", "")
+  assert (mixed.data.sensors.train, mixed.data.sensors.eval) == ("lidar_mix", "lidar_mix")
+  mixed.data.sensors.train = mixed.data.sensors.eval = ""
+  assert mixed.to_dict() == plain.to_dict()
+  mixed = cfg("synthetic", "pncnn,lidar_mix")
+  config_fields.check_config(mixed)
+  assert from_config.data_config(mixed, "train", batch_size=4, num_epochs=1)["sensors"] == "lidar_mix"
+  assert from_config.data_config(plain, "eval", batch_size=4, num_epochs=1)["sensors"] == ""
+  assert cfg("ensemble_synthetic", "pncnn,lidar_mix").data.sensors.train == "lidar_mix"
+  with pytest.raises(ValueError, match=r"configs/synthetic.py: unknown sensor mixture 'lidar_mx'; choose one of "
+                                       r"depth_camera_mix, dropout, "):
+    cfg("synthetic", "pncnn,lidar_mx")
 
 
 def test_training_only_fields_are_not_checked_for_evaluation():

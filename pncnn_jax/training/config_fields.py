@@ -20,6 +20,7 @@ from pncnn_jax import data, evaluate, from_config, losses
 from pncnn_jax.ensemble import fusion
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models
+from pncnn_jax.runtime.cli import first_line
 
 # The smallest crop a model can take: the NConvUNet halves the frame three times (scales 1/2, 1/4, 1/8), so a side
 # of fewer than 8 pixels has no pixel left at scale 1/8.
@@ -125,6 +126,11 @@ def _splits(config):
   return data.pipeline.splits(config.data.dataset) or None
 
 
+def _sensor_names(_config) -> list[str]:
+  """The sensors and sensor mixtures of pncnn_jax.data.sensors (extensions' included)."""
+  return data.sensors.names()
+
+
 _CROP = dict(kind="int", lo=MIN_CROP, note="the model halves the frame three times")
 FIELDS: dict[str, Field] = {
     # model
@@ -152,6 +158,8 @@ FIELDS: dict[str, Field] = {
     "data.synthetic_cache_dir": Field("str"),
     "data.nyu_num_samples": Field("int", lo=1),
     "data.num_threads": Field("int", lo=1),
+    "data.sensors.train": Field("str", choices=_sensor_names, also={"": "the dataset's own sensor"}, training=True),
+    "data.sensors.eval": Field("str", choices=_sensor_names, also={"": "the dataset's own sensor"}),
     # evaluation
     "metrics": Field("str", choices=_names(evaluate.METRIC_SETS)),
     "eval_batch_size": Field("int", lo=1),
@@ -184,7 +192,8 @@ FIELDS: dict[str, Field] = {
     "ensemble.calibration_split": Field("str"),
 }
 # Beside the table, check_config checks what spans fields: a crop against its dataset's frames
-# (`data.smallest_frame`), ensemble.seeds against num_members, the calibration split against the evaluation split.
+# (`data.smallest_frame`), a sensor mixture against its dataset (`data.pipeline.check_sensors`: NYU has no lasers),
+# ensemble.seeds against num_members, the calibration split against the evaluation split.
 
 
 def _get(config, path: str):
@@ -227,6 +236,13 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
         need(d.get(f"{kind}_crop_{dim}") <= limit, f"data.{kind}_crop_{dim}",
              f"<= {limit}: the {kind} crop {d[f'{kind}_crop_height']}x{d[f'{kind}_crop_width']} does not fit in the "
              f"{frame[0]}x{frame[1]} frames of {d.dataset}/{d.get(f'{kind}_split')}")
+  for kind in ("train", "eval") if training else ("eval",):
+    name = _get(config, f"data.sensors.{kind}")
+    if isinstance(name, str) and name:
+      try:
+        data.pipeline.check_sensors(name, d.dataset)
+      except ValueError as e:
+        raise from_config.ConfigError(f"config.data.sensors.{kind}={name!r}: {first_line(e)}") from None
   if "ensemble" in config:
     e = config.ensemble
     need(not e.seeds or (len(e.seeds) == e.num_members and len(set(e.seeds)) == len(e.seeds)), "ensemble.seeds",
