@@ -351,13 +351,17 @@ def depth_laser_ids(depth, K, T_cam_from_lidar=None) -> np.ndarray:
       x forward, y left, z up).
 
   Returns:
-    (H, W) int64: 0 .. L-1 the laser from the top among the L found in the image, -1 where there is no point.
+    (H, W) int64: 0 .. L-1 the laser from the top among the L found in the image, -1 where there is no point (all
+    -1 for a map without points).
   """
   d = _as_depth_map(depth, "depth")
   K = np.asarray(K, np.float64)
   if K.shape != (3, 3) or not np.all(np.isfinite(K)) or K[0, 0] <= 0 or K[1, 1] <= 0:
     raise ValueError(f"K: expected a 3x3 intrinsics matrix with fx, fy > 0, got {np.round(K, 4).tolist()}")
   v, u = np.nonzero(d > 0)
+  out = np.full(d.shape, -1, np.int64)
+  if v.size == 0:  # an empty frame: nothing to bin (a KITTI test frame's ground truth, a fully dropped scan)
+    return out
   z = d[v, u].astype(np.float64)
   cam = z[:, None] * (np.stack([u, v, np.ones_like(u)], 1).astype(np.float64) @ np.linalg.inv(K).T)
   if T_cam_from_lidar is None:
@@ -368,7 +372,6 @@ def depth_laser_ids(depth, K, T_cam_from_lidar=None) -> np.ndarray:
       raise ValueError(f"T_cam_from_lidar: expected a 4x4 rigid transform, got shape {T.shape}")
     xyz = (cam - T[:3, 3]) @ T[:3, :3]  # R^T (p - t)
   el, rho = _elevation(xyz, "depth")
-  out = np.full(d.shape, -1, np.int64)
   out[v, u] = _cluster_lasers(el, 1.0 / rho)
   return out
 

@@ -154,5 +154,6 @@ def test_bad_input_is_one_line():
     d = np.zeros((64, 64))
     d[32, 10:50] = 10.0  # one row of points: one laser
     sensors.thin_depth(d, 2, np.array([[700.0, 0, 32], [0, 700.0, 32], [0, 0, 1]]))
+  np.testing.assert_array_equal(sensors.thin_depth(np.zeros((8, 8, 1), np.float32), 2, np.eye(3)), 0)  # no points
   with pytest.raises(ValueError, match=r"K: expected a 3x3 intrinsics matrix"):
     sensors.depth_laser_ids(np.ones((8, 8)), np.eye(2))
