@@ -140,6 +140,20 @@ def test_grad_clip_option_sets_only_the_clip_norm():
   assert runs.run_config(runs.RUNS_BY_NAME["pncnn_masked_clip10_seed1"], "long").seed == 1
 
 
+def test_sensor_runs_are_the_recommended_recipe_on_the_mixture():
+  """The sensor-robust runs differ from the recommended shipped run only in the sensors they see (and the seed)."""
+  ref = runs.run_config(runs.RUNS_BY_NAME["sparse_var_beta_detach_masked"], "long")
+  for k, run in enumerate(runs.SENSOR_RUNS):
+    c = runs.run_config(run, "long")
+    assert (c.data.sensors.train, c.data.sensors.eval, c.seed) == ("lidar_mix", "lidar_mix", k)
+    rest = lambda c: {k: v for k, v in c.to_dict().items() if k not in ("data", "seed")}  # noqa: E731
+    data = lambda c: {k: v for k, v in c.data.to_dict().items() if k != "sensors"}  # noqa: E731
+    assert rest(c) == rest(ref) and data(c) == data(ref)
+  assert ref.data.sensors.train == ref.data.sensors.eval == ""  # the published recipes keep their one sensor
+  assert all(r.name not in runs.select(None, "long") for r in runs.SENSOR_RUNS)  # trained only when named
+  assert runs.select("sparse_var_beta_detach_masked_lidar_mix", "long") == [runs.SENSOR_RUNS[0]]
+
+
 def test_pretrained_round_trip_and_errors(tmp_path):
   tree = {"params": {"a": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}}, "batch_stats": {"m": np.ones(2)}}
   pretrained.save(tree, {"name": "x", "variant": "ncnn"}, tmp_path / "synthetic", "x")
