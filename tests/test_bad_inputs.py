@@ -539,7 +539,9 @@ def test_nconv_reads_negative_confidences_as_zero():
 
 
 def test_nan_coded_missing_depth_is_no_measurement():
-  """model.apply turned NaN-coded missing data into an all-NaN output; NaN now reads as 0 (no measurement)."""
+  """model.apply turned NaN-coded missing data into an all-NaN output; NaN now reads as 0 (no measurement), and
+  so do +-inf (REP 118's codes for too far / too near; the input contract's rule, `pncnn_jax.data.input_contract`),
+  which still made the whole output NaN."""
   import jax  # pylint: disable=g-import-not-at-top
 
   from pncnn_jax import pretrained  # pylint: disable=g-import-not-at-top
@@ -552,6 +554,9 @@ def test_nan_coded_missing_depth_is_no_measurement():
   assert np.isfinite(np.asarray(nan.depth)).all()
   np.testing.assert_array_equal(np.asarray(nan.depth), np.asarray(zero.depth))
   np.testing.assert_array_equal(np.asarray(nan.confidence), np.asarray(zero.confidence))
+  inf = apply(np.where(depth > 0, depth, np.where(rng.random(depth.shape) < 0.5, np.inf, -np.inf)).astype(np.float32))
+  np.testing.assert_array_equal(np.asarray(inf.depth), np.asarray(zero.depth))
+  np.testing.assert_array_equal(np.asarray(inf.confidence), np.asarray(zero.confidence))
 
 
 def test_allow_mismatch_on_a_flow_checkpoint(tmp_path):

@@ -46,6 +46,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from pncnn_jax.data import input_contract
 from pncnn_jax.nn import models
 
 Array = jax.Array
@@ -124,9 +125,7 @@ class SparseToDense(nn.Module):
 
     Returns: `models.ModelOutput`: depth mu [m], confidence s = -log sigma^2 (precision exp(s) [1/m^2]),
     input_confidence the binary [x > 0], nconv_confidence ones (there is no NConv), each (B, H, W, 1)."""
-    if sparse.ndim != 4 or sparse.shape[-1] != 1:
-      raise ValueError(f"SparseToDense: expected sparse depth of shape (B, H, W, 1) in metres, got "
-                       f"{tuple(sparse.shape)}")
+    input_contract.check_layout(sparse.shape, sparse.dtype, name="SparseToDense", layouts=(input_contract.BHW1,))
     x = sparse.astype(jnp.float32)
     drop = nn.Dropout(self.dropout_rate, deterministic=not (train or stochastic) or self.dropout_rate == 0)
     h, w = x.shape[1:3]

@@ -6,7 +6,8 @@ sync_depth_*.png of the official toolbox exports) encode d = v / 1000 metres (mi
 
 Every reader checks that the file is a readable, complete, single-channel 16-bit PNG and raises
 `DepthFileError` naming the file otherwise. Every writer checks the array it is handed (2-D,
-finite, non-negative, representable in 16 bits) and raises `ValueError` naming the argument and file.
+finite, non-negative, representable in 16 bits) and raises `ValueError` naming the argument and file; the
+array reader and the writers check layouts with the input contract (`pncnn_jax.data.input_contract`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Union
 
 import numpy as np
 from PIL import Image
+
+from pncnn_jax.data import input_contract
 
 PathLike = Union[str, os.PathLike]
 
@@ -74,22 +77,16 @@ def read_png_uint16(path: PathLike) -> np.ndarray:
 
 
 def _check_depth_array(depth: np.ndarray, scale: float, name: str, path: PathLike) -> np.ndarray:
-  """Validates a depth map in metres before it is quantised to uint16 (value = round(d * scale))."""
-  depth = np.asarray(depth)
-  if depth.ndim == 3 and depth.shape[-1] == 1:
-    depth = depth[..., 0]
-  if depth.ndim != 2:
-    raise ValueError(f"{name} for {path}: expected an (H, W) or (H, W, 1) depth map in metres, "
-                     f"got shape {depth.shape}")
-  if not np.issubdtype(depth.dtype, np.number) or np.issubdtype(depth.dtype, np.complexfloating):
-    raise ValueError(f"{name} for {path}: expected a real-valued depth map, got dtype {depth.dtype}")
-  depth = depth.astype(np.float64)
+  """Validates a depth map in metres before it is quantised to uint16 (value = round(d * scale)): the input
+  contract's layout and sign checks (`input_contract`), and no NaN or inf, which a 16-bit PNG cannot hold (its
+  "no measurement" is 0: a caller writes NaN as 0 first, as predict does)."""
+  frames, _ = input_contract.as_frames(depth, name=f"{name} for {path}",
+                                       layouts=(input_contract.HW, input_contract.HW1))
+  depth = frames[0].astype(np.float64)
   if not np.all(np.isfinite(depth)):
     raise ValueError(f"{name} for {path}: {int(np.sum(~np.isfinite(depth)))} non-finite values "
-                     "(NaN/inf); use 0 for missing depth")
-  if np.any(depth < 0):
-    raise ValueError(f"{name} for {path}: {int(np.sum(depth < 0))} negative depths "
-                     f"(min {depth.min():.4g} m); use 0 for missing depth")
+                     "(NaN/inf), which a 16-bit PNG cannot hold; use 0 for no measurement")
+  input_contract.check_not_negative(depth, name=f"{name} for {path}")
   max_m = _UINT16_MAX / scale
   if np.any(np.round(depth * scale) > _UINT16_MAX):
     raise ValueError(f"{name} for {path}: depth {depth.max():.4g} m exceeds the format's "
@@ -172,13 +169,15 @@ def write_depth_png(path: PathLike, depth_m: np.ndarray, metres_per_unit: float)
 
 
 NPZ_KEYS = ("sparse", "depth")  # the array an .npz holding several is read from, in this order
+# The shapes a depth array file may have: one map, with or without its channel and batch axes of size 1.
+ARRAY_LAYOUTS = (input_contract.HW, input_contract.HW1, input_contract.ONE_HW, input_contract.ONE_HW1)
 
 
 def read_depth_array(path: PathLike) -> np.ndarray:
   """Reads a depth map stored as a numpy array: an .npy file, or an .npz holding one array (or several, one of
-  them named 'sparse' or 'depth'). The values are returned as stored, as (H, W) float64; (H, W, 1) and
-  (1, H, W, 1) are squeezed. Raises DepthFileError naming the file for anything else (pickled objects included:
-  they are never loaded)."""
+  them named 'sparse' or 'depth'). The values are returned as stored, as (H, W) float64; (H, W, 1), (1, H, W)
+  and (1, H, W, 1) are squeezed (ARRAY_LAYOUTS). Raises DepthFileError naming the file for anything else (pickled
+  objects included: they are never loaded; other shapes and dtypes with the input contract's message)."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise DepthFileError(f"{path}: depth file does not exist")
@@ -212,14 +211,10 @@ def _pick_npz_array(path: pathlib.Path, npz) -> np.ndarray:
 
 
 def _check_array(path: pathlib.Path, arr: np.ndarray) -> np.ndarray:
-  arr = np.asarray(arr)
-  shape = arr.shape
-  while arr.ndim > 2 and arr.shape[-1] == 1:
-    arr = arr[..., 0]
-  while arr.ndim > 2 and arr.shape[0] == 1:
-    arr = arr[0]
-  if arr.ndim != 2:
-    raise DepthFileError(f"{path}: expected an (H, W) or (H, W, 1) depth map, got shape {shape}")
-  if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-    raise DepthFileError(f"{path}: expected real depth values, got dtype {arr.dtype}")
-  return arr.astype(np.float64)
+  """The array of a depth file as (H, W) float64, the values as stored; its layout and dtype checked by the input
+  contract's `as_frames` (one of ARRAY_LAYOUTS, real numbers, at least one pixel), as DepthFileError."""
+  try:
+    frames, _ = input_contract.as_frames(arr, name=str(path), layouts=ARRAY_LAYOUTS)
+  except ValueError as e:
+    raise DepthFileError(str(e)) from None
+  return frames[0].astype(np.float64)

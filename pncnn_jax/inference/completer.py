@@ -4,24 +4,26 @@ r"""One call from sparse depth in metres to dense depth and its uncertainty in m
   completer = Completer.from_pretrained()                    # the recommended shipped model
   completer = Completer.from_pretrained("synthetic:pncnn_masked")
   completer = Completer.from_checkpoint("runs/kitti_pncnn")  # a training workdir, step dir, converted model, .pth.tar
-  out = completer(sparse_m)   # numpy (H, W) or (B, H, W) metres; 0 or NaN = no measurement
+  out = completer(sparse_m)   # numpy (H, W) or (B, H, W) metres; 0, NaN or +-inf = no measurement
   out.depth, out.sigma, out.output_confidence, out.input_confidence, out.support, out.clamped, out.out_of_range
   out.valid   # support & ~clamped: where depth and sigma are numbers; NaN elsewhere (fill_unsupported=False)
 
 What a call does, in order (each step is part of the contract):
-  1. checks the input: (H, W) or (B, H, W) real numbers. NaN means no measurement, as 0 does; +-inf is set to 0
-     with a warning; a negative depth is a ValueError; a frame without any measurement (all 0 / NaN) is a
-     ValueError naming the frame (a network without input has nothing to complete: it would return a constant).
+  1. checks the input against the input contract (`pncnn_jax.data.input_contract.check_sparse_depth`, the one
+     check of every entry; docs/deploy/index.md): (H, W) or (B, H, W) real numbers in metres; 0, NaN and +-inf
+     mean no measurement; a negative depth, depths that are not metres (beyond 1000 m, or a median under 5 cm: a
+     wrong unit) and a frame without any measurement are a ValueError naming the input and the frame of a batch.
   2. warns (`InputRangeWarning`, a UserWarning) when measurements lie beyond the depth range the model was trained
      on (`input_range_m`, from the dataset the checkpoint records, `TRAINED_INPUT_RANGE_M`): the networks do not
-     extrapolate (a shipped model maps 150 m points to 33 m, 10 km points to millimetres). The prediction is still
-     returned, with `out.out_of_range` marking those input pixels.
+     extrapolate (a shipped model maps 150 m points to 33 m, and 10 km points, which step 1 refuses, to 2.7 mm).
+     The prediction is still returned, with `out.out_of_range` marking those input pixels.
   3. zero-pads each frame at the bottom and right to a multiple of `multiple` (8: three 2x2 poolings; at least 8),
      runs the model on every frame of the batch at once under `jax.jit` (one compilation per padded batch shape,
      shared by every Completer of the same model; on whatever device jax uses), and crops back to (H, W).
      Padded pixels have zero input confidence; NConv spreads confidence into them, so predictions within a few
      pixels of the bottom/right border differ slightly from a run at the image's own size (`multiple=1`).
-  4. clamps the depth at 0 and records the clamped pixels in `out.clamped` (see "Negative depths" below).
+  4. clamps the depth at 0 and records the clamped pixels in `out.clamped` (see "Negative depths" below); sigma is
+     1 / sqrt(precision), finite: at most SIGMA_MAX_M where the precision underflowed to 0 (`sigma_of`).
   5. marks what is not a prediction: `out.support` (`support_mask`: a measurement within SUPPORT_RADIUS_PX pixels)
      and `out.valid` = support & ~clamped. By default (`fill_unsupported=False`) depth and sigma are NaN outside
      `valid`, REP 118's and numpy's "no value": a 0 there would read as a point at the camera, and the networks'
@@ -54,13 +56,15 @@ import numpy as np
 
 from pncnn_jax import losses
 from pncnn_jax.checkpoints import loader
-from pncnn_jax.data import synthetic
+from pncnn_jax.data import input_contract, synthetic
 from pncnn_jax.ensemble import fusion
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.nn import models
 
 MULTIPLE = 8  # three 2x2 poolings
 RECOMMENDED = "synthetic:sparse_var_beta_detach_masked"  # docs/guide/pretrained.md: the pNCNN we recommend
+SIGMA_MAX_M = float(1 / np.sqrt(np.float64(np.finfo(np.float32).tiny)))  # 9.2e18 m: the largest sigma (`sigma_of`)
+LAYOUTS = (input_contract.HW, input_contract.BHW)  # the input shapes a Completer takes (each output has the input's)
 SUPPORT_RADIUS_PX = 8  # `Completion.support`: a measurement within this many pixels (one 8x8 cell of the coarsest
 #                        scale, the NConv UNet's deepest level)
 
@@ -85,22 +89,35 @@ def support_mask(sparse_bhw1: jax.Array) -> jax.Array:
   in Chebyshev distance (a (2r+1) x (2r+1) square; pixels beyond the image hold none).
 
   Args:
-    sparse_bhw1: (B, H, W, 1) sparse depth [m], 0 or NaN = no measurement.
+    sparse_bhw1: (B, H, W, 1) sparse depth [m]; 0, NaN and +-inf = no measurement (the input contract's).
   Returns:
     (B, H, W, 1) bool. Computed as two 1-D box sums of the 0/1 measurement map (exact in float32: at most 17 * 17)
     with `lax.conv_general_dilated`, so the same code runs in the Completer's program and in exported graphs
     (StableHLO; ONNX `Conv`, as the NConv layers there).
   """
-  if sparse_bhw1.ndim != 4 or sparse_bhw1.shape[-1] != 1:
-    raise ValueError(f"support_mask: expected (B, H, W, 1) sparse depth, got shape {sparse_bhw1.shape}")
+  input_contract.check_layout(sparse_bhw1.shape, sparse_bhw1.dtype, name="support_mask",
+                              layouts=(input_contract.BHW1,))
   r = SUPPORT_RADIUS_PX
-  has = (sparse_bhw1 > 0).astype(jnp.float32)
+  has = ((sparse_bhw1 > 0) & jnp.isfinite(sparse_bhw1)).astype(jnp.float32)
   dn = ("NHWC", "HWIO", "NHWC")
   rows = jax.lax.conv_general_dilated(has, jnp.ones((2 * r + 1, 1, 1, 1), jnp.float32), (1, 1), ((r, r), (0, 0)),
                                       dimension_numbers=dn)
   box = jax.lax.conv_general_dilated(rows, jnp.ones((1, 2 * r + 1, 1, 1), jnp.float32), (1, 1), ((0, 0), (r, r)),
                                      dimension_numbers=dn)
   return box > 0.5
+
+
+def sigma_of(precision) -> np.ndarray:
+  """sigma = 1 / sqrt(precision) [m] as float32, computed in float64, the precision [1/m^2] taken at least float32's
+  smallest normal number, so sigma <= SIGMA_MAX_M (9.2e18 m) and stays finite.
+
+  Where a network has no information its precision head can underflow to exactly 0 in float32 (softplus of a
+  very negative number): the shipped `synthetic:pncnn` does at 200 of 960 pixels of a dense 24 x 40 frame at 30 m,
+  inside the depth range it was trained on, and sigma was inf there. SIGMA_MAX_M says the same ("no information")
+  as a number that squares, inverts and averages without inf (SIGMA_MAX_M^2 = 8.5e37 m^2 < float32's maximum).
+  NaN stays NaN."""
+  p = np.maximum(np.asarray(precision, np.float64), float(np.finfo(np.float32).tiny))
+  return (1.0 / np.sqrt(p)).astype(np.float32)
 
 
 def input_range_of(dataset: str | None) -> tuple[float, float] | None:
@@ -120,7 +137,8 @@ class Completion:
       where the precision 1/sigma^2 [1/m^2] is the network's output under the loss it was trained with
       (`pncnn_jax.losses.precision_of`; the Gaussian NLL's c = 1/sigma^2 for pNCNN). Given for models trained
       with a probabilistic loss (and for ensembles: the fused sigma); None for NCNN-style models (L1/L2 losses),
-      which have no calibrated sigma: use `output_confidence` to rank their pixels. NaN where depth is.
+      which have no calibrated sigma: use `output_confidence` to rank their pixels. NaN where depth is; finite
+      elsewhere, at most SIGMA_MAX_M (`sigma_of`: where the network's precision underflows to 0).
     output_confidence: float32, unitless, >= 0: the confidence of the network's last normalized convolution
       (the NConv UNet's output confidence, the variance head's input), a weighted average of the input
       confidences; higher = more input support. Not a probability and not calibrated; it ranks pixels.
@@ -284,30 +302,13 @@ class Completer:
   # ------------------------------------------------------------------------------------------------ running
 
   def check_input(self, sparse_m, *, name: str = "input") -> np.ndarray:
-    """The input as float32 (B, H, W) metres with NaN/inf set to 0, after the checks of step 1 (module doc).
+    """The input as float32 (B, H, W) metres, 0 = no measurement, after the checks of step 1 (module doc):
+    `pncnn_jax.data.input_contract.check_sparse_depth` with the layouts (H, W) and (B, H, W).
 
-    Raises ValueError naming `name` (and the frame of a batch) for a wrong shape, an empty map, negative depths
-    or a frame without any measurement. Warns (UserWarning) when +-inf pixels are set to 0.
+    Raises ValueError naming `name` (and the frame of a batch) for a wrong shape or dtype, an empty map, negative
+    depths, depths that are not metres or a frame without any measurement.
     """
-    a = np.asarray(sparse_m)
-    if a.dtype.kind not in "fiu" or a.ndim not in (2, 3):
-      raise ValueError(f"{name}: expected sparse depth (H, W) or (B, H, W) in metres as real numbers, got shape "
-                       f"{a.shape} of {a.dtype}")
-    if a.size == 0:
-      raise ValueError(f"{name}: empty depth map, shape {a.shape}")
-    a = np.asarray(a, np.float32).reshape((-1, *a.shape[-2:]))
-    inf = np.isinf(a)
-    if inf.any():
-      warnings.warn(f"{name}: {int(inf.sum())} infinite pixel(s) set to 0 (no measurement)", stacklevel=3)
-    a = np.where(np.isfinite(a), a, np.float32(0))
-    if (neg := a < 0).any():
-      raise ValueError(f"{name}: {int(neg.sum())} negative depths (min {a.min():.4g} m); use 0 or NaN for no "
-                       "measurement")
-    empty = [i for i in range(a.shape[0]) if not (a[i] > 0).any()]
-    if empty:
-      where = "" if sparse_m is not None and np.ndim(sparse_m) == 2 else f" frame(s) {empty[:5]}"
-      raise ValueError(f"{name}{where}: no measurement (every pixel is 0 or NaN); nothing to complete")
-    return a
+    return input_contract.check_sparse_depth(sparse_m, name=name, layouts=LAYOUTS)
 
   def out_of_range(self, sparse_bhw: np.ndarray) -> np.ndarray:
     """The measurements of a checked (B, H, W) input outside `input_range_m` (bool; all False when unknown)."""
@@ -327,11 +328,11 @@ class Completer:
     return {k: np.asarray(v)[:, :h, :w, 0] for k, v in out.items()}
 
   def __call__(self, sparse_m, *, name: str = "input") -> Completion:
-    """Completes sparse depth: `sparse_m` (H, W) or (B, H, W) metres, 0 or NaN = no measurement, any H and W.
+    """Completes sparse depth: `sparse_m` (H, W) or (B, H, W) metres, 0, NaN or +-inf = no measurement, any H and W.
 
     Returns a `Completion` whose arrays have the input's shape (see its docstring for each field's meaning and
-    unit). Raises ValueError naming `name` for an input that cannot be completed; warns `InputRangeWarning` when
-    measurements lie outside `input_range_m` (module doc).
+    unit). Raises ValueError naming `name` for an input the input contract refuses (step 1); warns
+    `InputRangeWarning` when measurements lie outside `input_range_m` (module doc).
     """
     single = np.ndim(sparse_m) == 2
     sparse = self.check_input(sparse_m, name=name)
@@ -347,7 +348,7 @@ class Completer:
     clamped = depth < 0
     prec = (raw["confidence"] if self.fusion_rule is not None
             else losses.precision_of(raw["confidence"], self.loss) if self.has_sigma else None)
-    sigma = None if prec is None else (1.0 / np.sqrt(np.asarray(prec, np.float64))).astype(np.float32)
+    sigma = None if prec is None else sigma_of(prec)
     support = raw["support"]
     depth = np.where(clamped, np.float32(0), depth).astype(np.float32)
     if not self.fill_unsupported:  # step 5: NaN where the depth is not a prediction

@@ -10,16 +10,19 @@ symlinked folders; dangling links are named and skipped):
   mm_png      16-bit PNG in millimetres, as ToF cameras and NYU-Depth-v2 exports write: metres = value / 1000
               (--depth_scale 0.001)
   npy         float array (H, W) or (H, W, 1) in metres (--depth_scale 1) as .npy, or .npz holding one array (or
-              one named 'sparse' or 'depth'); NaN and inf mean no measurement, as 0 does
+              one named 'sparse' or 'depth'); NaN and +-inf mean no measurement, as 0 does
   auto        (default) by suffix: .npy/.npz are npy, .png are kitti_png. Millimetre PNGs need mm_png: the two
               PNG formats cannot be told apart from the file.
 0 means no measurement in every format. `--depth_scale` (metres per stored unit) replaces the format's scale,
 e.g. 0.0001 for PNGs in tenths of a millimetre, or 0.001 for .npy arrays in millimetres. Each file is printed
-with the format, scale and depth range it was read as; depths beyond 1000 m or a median under 5 cm are refused
-as a wrong --input_format or --depth_scale, a frame without any measurement is refused, and measurements beyond
-the depth range the model was trained on (100 m for the shipped synthetic models) get a warning naming the file.
+with the format, scale and depth range it was read as. Every input is checked against the input contract
+(pncnn_jax.data.input_contract, the same checks and one-line messages as the Completer and the bag command):
+negative depths, depths beyond 1000 m or a median under 5 cm (a wrong --input_format or --depth_scale: the line
+says what the numbers look like) and a frame without any measurement are refused; measurements beyond the depth
+range the model was trained on (100 m for the shipped synthetic models) get a warning naming the file.
 --points reads LiDAR point clouds instead (.bin KITTI Velodyne scans, .npy (N, 3|4) in metres) and projects them
-into camera --camera of --calib (a KITTI date folder or a YAML / JSON file; pncnn_jax.data.points).
+into camera --camera of --calib (a KITTI date folder or a YAML / JSON file; pncnn_jax.data.points); a scan whose
+ranges are not metres (beyond 1000 m, or a median under 5 cm) is refused the same way.
 
 For every input it writes, under the same relative name in DIR:
   <name>.png or <name>.npy  the completed depth, >= 0 (negative network outputs are clamped to 0 and counted on
@@ -94,7 +97,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pncnn_jax import viz
-from pncnn_jax.data import io
+from pncnn_jax.data import input_contract, io
 from pncnn_jax.ensemble import fusion
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.nn import models
@@ -113,25 +116,19 @@ def predict_array(model: models.PNCNN, variables: dict[str, Any], sparse_hw: np.
                   multiple: int = MULTIPLE, name: str = "input") -> models.ModelOutput:
   """The raw network fields of one (H, W) sparse depth map [m] of any size, as (H, W) numpy arrays.
 
-  The low-level route under `pncnn_jax.Completer` (which most callers want: depth clamped at 0, sigma in metres,
-  input checks): it runs `Completer.forward`, so the two agree exactly. `depth` is not clamped here and
-  `confidence` is the model's own (the precision 1/sigma^2 [1/m^2] for pNCNN, the NConv confidence for NCNN).
-  Non-finite pixels (NaN, inf) are set to 0 = no measurement, with a warning on stderr naming `name` and their
-  count: one NaN would otherwise spread through every NConv and make the whole prediction NaN. Maps smaller
-  than MULTIPLE (8) pixels, which the three 2x2 poolings cannot take at their own size, are zero-padded to 8.
+  The low-level route under `pncnn_jax.Completer` (which most callers want: depth clamped at 0, sigma in metres):
+  it runs `Completer.forward`, so the two agree exactly. `depth` is not clamped here and `confidence` is the
+  model's own (the precision 1/sigma^2 [1/m^2] for pNCNN, the NConv confidence for NCNN). The input passes the
+  Completer's checks, the input contract (`pncnn_jax.data.input_contract.check_sparse_depth`, layout (H, W)):
+  0, NaN and +-inf are no measurement (one NaN would otherwise spread through every NConv and make the whole
+  prediction NaN), and a negative depth, depths that are not metres or a map without any measurement are a
+  ValueError naming `name`. Maps smaller than MULTIPLE (8) pixels, which the three 2x2 poolings cannot take at
+  their own size, are zero-padded to 8.
   """
-  sparse_hw = np.asarray(sparse_hw, np.float32)
   if multiple < 1:
     raise ValueError(f"pad multiple must be >= 1, got {multiple}")
-  if sparse_hw.ndim != 2:
-    raise ValueError(f"sparse depth must be (H, W), got shape {sparse_hw.shape}")
-  if sparse_hw.size == 0:
-    raise ValueError(f"{name}: empty depth map, shape {sparse_hw.shape}")
-  bad = ~np.isfinite(sparse_hw)
-  if bad.any():
-    print(f"warning: {name}: {int(bad.sum())} non-finite pixel(s) set to 0 (no measurement)", file=sys.stderr)
-    sparse_hw = np.where(bad, np.float32(0), sparse_hw)
-  raw = completer_lib.Completer(model, variables, loss=None, multiple=multiple).forward(sparse_hw[None])
+  sparse = input_contract.check_sparse_depth(sparse_hw, name=name, layouts=(input_contract.HW,))
+  raw = completer_lib.Completer(model, variables, loss=None, multiple=multiple).forward(sparse)
   return models.ModelOutput(raw["depth"][0], raw["confidence"][0], raw["input_confidence"][0],
                             raw["output_confidence"][0])
 
@@ -144,8 +141,6 @@ FORMATS = {
 }
 INPUT_FORMATS = ("auto", *FORMATS)
 OUTPUT_FORMATS = ("same", *FORMATS)
-MAX_PLAUSIBLE_M = 1000.0  # deeper than any range sensor: a wrong format or scale
-MIN_PLAUSIBLE_MEDIAN_M = 0.05  # a median depth under 5 cm: a wrong scale (e.g. millimetres read as kilometres)
 OUTPUT_SUFFIXES = (".png", ".npy", "_sigma.npy", "_confidence.npy", "_valid.png", "_preview.png")
 
 
@@ -168,30 +163,20 @@ def read_input(path: pathlib.Path, input_format: str = "auto", depth_scale: floa
                ) -> tuple[np.ndarray, str, float]:
   """(sparse depth (H, W) float32 [m], format, metres per stored unit) of one input file.
 
-  The stored values times `depth_scale` (default: the format's) are metres; NaN/inf in arrays become 0 (no
-  measurement). Raises DepthFileError / ValueError naming the file for an unreadable file, negative
-  depths, or depths that only a wrong format or scale explains (beyond MAX_PLAUSIBLE_M, or a median under
-  MIN_PLAUSIBLE_MEDIAN_M).
+  The stored values times `depth_scale` (default: the format's) are metres, checked against the input contract
+  (`pncnn_jax.data.input_contract.check_sparse_depth`): 0, NaN and +-inf are no measurement (0 in the result).
+  Raises DepthFileError / ValueError naming the file for an unreadable file, negative depths, depths that only a
+  wrong format or scale explains (beyond 1000 m, or a median under 5 cm; the message says which --input_format and
+  --depth_scale it was read with) or a frame without any measurement.
   """
   fmt = format_of(path, input_format)
   scale = FORMATS[fmt][1] if depth_scale is None else float(depth_scale)
-  if fmt == "npy":  # NaN / inf: no measurement
-    raw = io.read_depth_array(path)
-    depth = np.where(np.isfinite(raw), raw * scale, 0.0).astype(np.float32)
-  else:
-    depth = io.read_depth_png(path, scale)
-  finite = depth[np.isfinite(depth)]
-  if (finite < 0).any():
-    raise ValueError(f"{path}: {int((finite < 0).sum())} negative depths (min {finite.min():.4g} m); use 0 or NaN "
-                     "for no measurement")
-  valid = finite[finite > 0]
+  raw = io.read_depth_array(path) if fmt == "npy" else io.read_png_uint16(path)
   hint = (f"read as {fmt} at {scale:g} m per stored unit: wrong --input_format or --depth_scale? "
           "(kitti_png: value / 256 m, mm_png: value / 1000 m, npy: metres)")
-  if valid.size and valid.max() > MAX_PLAUSIBLE_M:
-    raise ValueError(f"{path}: depths up to {valid.max():.4g} m, {hint}")
-  if valid.size and np.median(valid) < MIN_PLAUSIBLE_MEDIAN_M:
-    raise ValueError(f"{path}: median depth {np.median(valid):.3g} m, {hint}")
-  return depth, fmt, scale
+  depth = input_contract.check_sparse_depth(raw.astype(np.float64) * scale, name=str(path),
+                                            layouts=(input_contract.HW,), hint=hint)
+  return depth[0], fmt, scale
 
 
 TMP_MARK = ".pncnn-tmp"  # in the temporary names outputs are written under before their rename (never inputs)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax.ad_checkpoint import checkpoint_name
 
+from pncnn_jax.data import input_contract
 from pncnn_jax.nn import cpu_kernels, layers, prng
 from pncnn_jax.nn.conv import check_rank4
 
@@ -52,8 +53,8 @@ class ModelOutput:
 
 
 def _check_input(name: str, x: Array) -> None:
-  if x.ndim != 4 or x.shape[-1] != 1:
-    raise ValueError(f"{name}: expected sparse depth of shape (B, H, W, 1) in metres, got {tuple(x.shape)}")
+  """The input contract's layout check (`pncnn_jax.data.input_contract`): (B, H, W, 1) real numbers."""
+  input_contract.check_layout(x.shape, x.dtype, name=name, layouts=(input_contract.BHW1,))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -298,16 +299,16 @@ class PNCNN(nn.Module):
 
   @nn.compact
   def __call__(self, sparse: Array, train: bool = False) -> ModelOutput:
-    """Args: sparse (B, H, W, 1) depth in metres, 0 = missing (NaN too: read as 0, no measurement, the way a
-    NaN-coded depth map means it; otherwise one NaN would spread through every convolution to the whole output);
-    train selects BatchNorm batch statistics."""
+    """Args: sparse (B, H, W, 1) depth in metres, 0 = missing (NaN and +-inf too: read as 0, no measurement, the
+    input contract's rule, `pncnn_jax.data.input_contract`; otherwise one NaN would spread through every
+    convolution to the whole output); train selects BatchNorm batch statistics."""
     _check_input("PNCNN", sparse)
     if self.conf_estimator not in CONF_ESTIMATORS:
       raise ValueError(f"PNCNN: conf_estimator {self.conf_estimator!r} not in {CONF_ESTIMATORS}")
     if self.var_estimator not in VAR_ESTIMATORS:
       raise ValueError(f"PNCNN: var_estimator {self.var_estimator!r} not in {VAR_ESTIMATORS}")
     x0 = sparse.astype(jnp.float32)
-    x0 = jnp.where(jnp.isnan(x0), 0.0, x0)  # NaN-coded missing data = no measurement
+    x0 = jnp.where(jnp.isfinite(x0), x0, 0.0)  # NaN / +-inf-coded missing data = no measurement
     remat = jax.default_backend() == "cpu" if self.remat is None else self.remat
     if self.conf_estimator == "none":
       c0 = (x0 > 0).astype(jnp.float32)

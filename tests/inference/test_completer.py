@@ -1,6 +1,7 @@
 """The completer API: equal to the low-level path (load, build_model, jit(apply) on the padded input), batches,
-compiles once per padded shape, checks its input (NaN, inf, negative, empty frames, trained range), and marks the
-pixels without input support or with a clamped depth (NaN by default, the network's values with fill_unsupported)."""
+compiles once per padded shape, checks its input with the input contract (NaN, inf, negative, units, empty frames)
+and warns beyond the trained range, gives finite outputs for every finite input it accepts, and marks the pixels
+without input support or with a clamped depth (NaN by default, the network's values with fill_unsupported)."""
 
 import warnings
 
@@ -63,25 +64,128 @@ def test_a_batch_equals_its_frames_and_compiles_once_per_padded_shape(small):
   assert small._fn._cache_size() - before <= 2  # (3, 16, 24) and (1, 16, 24): one each  # pylint: disable=protected-access
 
 
-def test_nan_is_no_measurement_and_bad_input_is_named(small):
+def test_nan_and_inf_are_no_measurement_and_bad_input_is_named(small):
+  """The input contract (`pncnn_jax.data.input_contract`): 0, NaN and +-inf mean no measurement, silently (the
+  Completer warned about +-inf, predict_array about NaN too, the bag command about neither); a negative depth, a
+  wrong shape and a frame without measurements are one line naming the input (and the frame of a batch)."""
   sparse = _sparse((16, 24), seed=1)
   with_nan = np.where(sparse > 0, sparse, np.nan)
   np.testing.assert_array_equal(small(with_nan).depth, small(sparse).depth)
   poisoned = sparse.copy()
   poisoned[2, 3], poisoned[4, 5] = np.inf, -np.inf
-  with pytest.warns(UserWarning, match="frame.npy: 2 infinite pixel"):
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
     out = small(poisoned, name="frame.npy")
-  assert np.isfinite(out.depth).all()
+  zeroed = np.where(np.isfinite(poisoned), poisoned, 0)
+  np.testing.assert_array_equal(out.depth, small(zeroed).depth)
   negative = sparse.copy()
   negative[1, 3] = -3.0
   with pytest.raises(ValueError, match=r"frame.npy: 1 negative depths \(min -3 m\)"):
     small(negative, name="frame.npy")
   with pytest.raises(ValueError, match="frame.npy: no measurement"):
     small(np.zeros((16, 24)), name="frame.npy")
-  with pytest.raises(ValueError, match=r"input frame\(s\) \[1\]: no measurement"):
+  with pytest.raises(ValueError, match=r"input frame 1: no measurement"):
     small(np.stack([sparse, np.full((16, 24), np.nan)]))
-  with pytest.raises(ValueError, match=r"expected sparse depth \(H, W\) or \(B, H, W\)"):
+  with pytest.raises(ValueError, match=r"expected depth \(H, W\) or \(B, H, W\) in metres"):
     small(sparse[None, ..., None])
+
+
+@pytest.mark.parametrize("scale, message", [
+    (None, r"median depth 0\.001 m \(up to 0\.001 m\), under 5 cm"),  # every measurement 1 mm
+    (1e-3, r"median depth 0\.0\d+ m .*looks like kilometres"),          # kilometres
+    (1e3, r"depths up to 5\.\d+e\+04 m .*looks like millimetres"),       # millimetres
+    (1e6, r"depths up to 5\.\d+e\+07 m .*not metres"),
+])
+def test_depths_that_are_not_metres_are_refused_in_one_line(small, scale, message):
+  """A frame of 1 mm measurements came out as 0-0.17 m (a shipped pNCNN), one in kilometres as 0-0.2 m, millimetres
+  and 1e6 m as 2.7 mm everywhere: the units check of the input contract (beyond 1000 m or a median under 5 cm; the
+  thresholds predict used for files) refuses them, naming the input and the frame of a batch."""
+  sparse = _sparse((16, 24), seed=7)
+  bad = np.where(sparse > 0, 0.001, 0.0) if scale is None else sparse * scale
+  with pytest.raises(ValueError, match=rf"^frame\.npy: {message}.*; pass depth in metres$") as e:
+    small(bad, name="frame.npy")
+  assert "\n" not in str(e.value)
+  with pytest.raises(ValueError, match=rf"^batch frame 1: {message}"):
+    small(np.stack([sparse, bad, sparse]), name="batch")
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+EXTREMES = np.array([np.finfo(np.float32).smallest_subnormal, np.finfo(np.float32).tiny, 1e-30, 1e-3, 0.05, 0.5, 3.0,
+                     30.0, 99.0, 500.0, 999.9, 1000.0, np.nextafter(np.float32(1000), np.float32(2000)), 1e4, 1e20,
+                     1e30, 1e38, F32_MAX], np.float32)
+
+
+def _extreme_frames(n, seed):
+  """Tiny frames (8 x 8 and 5 x 7: one padded shape) of finite values: extremes from EXTREMES (float32's smallest
+  subnormal to its maximum, the units thresholds and one float32 step beyond them), log-uniform over all of float32's
+  positive range, or log-uniform over 1 cm - 1 km; one measurement to every pixel. Plus dense constant frames (the
+  case where a network's precision underflows to 0)."""
+  rng = np.random.default_rng(seed)
+  for i in range(n):
+    shape = (8, 8) if i % 2 else (5, 7)
+    mask = rng.random(shape) < rng.choice([0.02, 0.1, 0.4, 1.0])
+    mask.flat[rng.integers(mask.size)] = True
+    values = (rng.choice(EXTREMES, shape), 10.0 ** rng.uniform(-44.8, 38.5, shape),
+              10.0 ** rng.uniform(-2, 3, shape))[i % 3]
+    yield np.where(mask, values, 0.0).astype(np.float32)
+  for v in (0.05, 3.0, 30.0, 300.0, 1000.0):
+    yield np.full((8, 8), v, np.float32)
+
+
+@pytest.mark.parametrize("name", [completer_lib.RECOMMENDED, "synthetic:pncnn"])
+def test_extreme_finite_inputs_give_finite_outputs_or_a_one_line_refusal(name):
+  """Property: a finite input is either refused by the input contract, in one line, exactly when its documented
+  rule says so (a measurement beyond 1000 m, a median under 5 cm), or completed with finite numbers: depth and
+  sigma where `valid` (NaN elsewhere, never inf), every pixel with fill_unsupported, confidences everywhere.
+
+  Before, the recommended model's depth was inf at 1e20 m and NaN near float32's maximum (the units check now
+  refuses them), and `synthetic:pncnn` gave sigma = inf at 200 of 960 valid pixels of a dense 30 m frame, inside
+  its trained range: its precision head underflows to 0 there (sigma is now at most `SIGMA_MAX_M`, `sigma_of`)."""
+  dense = completer_lib.Completer.from_pretrained(name, fill_unsupported=True)
+  c = completer_lib.Completer(dense.model, dense.variables, loss=dense.loss)
+  completed = refused = 0
+  for i, x in enumerate(_extreme_frames(90, seed=11)):
+    measured = x[x > 0].astype(np.float64)
+    should_refuse = measured.max() > 1000.0 or np.median(measured) < 0.05
+    try:
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore", completer_lib.InputRangeWarning)
+        out, filled = c(x, name=f"frame {i}"), dense(x, name=f"frame {i}")
+    except ValueError as e:
+      assert should_refuse, f"frame {i} refused, values {measured.min():.3g}-{measured.max():.3g} m: {e}"
+      assert "\n" not in str(e) and str(e).startswith(f"frame {i}: ") and ("depths up to" in str(e)
+                                                                         or "median depth" in str(e)), str(e)
+      refused += 1
+      continue
+    for field in ("depth", "sigma"):
+      got = getattr(out, field)
+      assert np.isfinite(got[out.valid]).all() and np.isnan(got[~out.valid]).all(), (i, field, measured.max())
+      assert np.isfinite(getattr(filled, field)).all(), (i, field, "fill_unsupported", measured.max())
+    for field in ("output_confidence", "input_confidence"):
+      assert np.isfinite(getattr(out, field)).all(), (i, field)
+    assert not should_refuse, f"frame {i} accepted with values {measured.min():.3g}-{measured.max():.3g} m"
+    completed += 1
+  assert completed >= 30 and refused >= 30, (completed, refused)  # both sides of the contract were exercised
+
+
+@pytest.mark.parametrize("value", [1e20, F32_MAX])
+def test_inputs_near_float32s_maximum_are_refused(value):
+  """Finite measurements of 1e20 m gave the recommended model an inf depth, float32's maximum a NaN depth and
+  sigma, although the docs promise a depth >= 0: the units check refuses them in one line."""
+  c = completer_lib.Completer.from_pretrained()
+  x = np.where(_sparse((8, 8), seed=8) > 0, value, 0.0).astype(np.float32)
+  with pytest.raises(ValueError) as e:
+    c(x)
+  assert str(e.value) == (f"input: depths up to {value:.4g} m (median {value:.4g} m), beyond the 1000 m no range "
+                          "sensor reaches: not metres; pass depth in metres")
+
+
+def test_sigma_of_is_finite_where_the_precision_underflows():
+  prec = np.array([4.0, 1e-30, np.finfo(np.float32).smallest_subnormal, 0.0, np.inf, np.nan], np.float32)
+  sigma = completer_lib.sigma_of(prec)
+  np.testing.assert_allclose(sigma[:2], [0.5, 1e15], rtol=1e-6)
+  assert sigma[2] == sigma[3] == np.float32(completer_lib.SIGMA_MAX_M) and sigma[4] == 0 and np.isnan(sigma[5])
+  assert np.isfinite(np.float32(completer_lib.SIGMA_MAX_M) ** 2)  # squares without overflow in float32
 
 
 def test_inputs_beyond_the_trained_range_warn_and_are_marked(small):
