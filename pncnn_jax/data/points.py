@@ -13,7 +13,8 @@ The projection (`project_points`), for a point p = (x, y, z) in the LiDAR frame 
 A point is kept when Z > 0 (in front of the camera) and its rounded pixel lies inside the H x W image; where
 several points fall on one pixel, the nearest (smallest Z) is kept, as a LiDAR return occludes what lies behind
 it. The depth is Z, the distance along the optical axis (the networks' and KITTI's depth), not the range |p|.
-Points with a non-finite coordinate are dropped.
+Points with a non-finite coordinate are dropped (no measurement, as in the input contract,
+`pncnn_jax.data.input_contract`); the readers (`read_points`) refuse a scan whose ranges are not metres.
 
 Source of the formulas: the KITTI raw-data development kit, `run_demoVelodyne.m` (matlab/), which projects a
 Velodyne scan into camera `cam` with `P_velo_to_img = P_rect{cam+1} * R_cam_to_rect * Tr_velo_to_cam`
@@ -58,6 +59,7 @@ import pathlib
 
 import numpy as np
 
+from pncnn_jax.data import input_contract
 from pncnn_jax.runtime.cli import first_line
 
 KITTI_CAMERAS = ("02", "03")  # the colour cameras of KITTI raw (00 and 01 are grayscale, not used by the benchmark)
@@ -121,7 +123,11 @@ def project_points(points: np.ndarray, K: np.ndarray, T_cam_from_lidar: np.ndarr
 
 def read_points(path: str | os.PathLike) -> np.ndarray:
   """A point cloud file -> (N, 3 or 4) float32 [m]: KITTI `.bin` (float32 x, y, z, reflectance records) or `.npy`
-  ((N, 3) or (N, 4) numbers)."""
+  ((N, 3) or (N, 4) numbers).
+
+  The points must be in metres: their ranges |p| pass the input contract's units check
+  (`pncnn_jax.data.input_contract.check_point_ranges`: none beyond 1000 m, a median of at least 5 cm), else a
+  one-line ValueError names the file and what the numbers look like (a scan in millimetres, say)."""
   p = pathlib.Path(path)
   if not p.is_file():
     raise FileNotFoundError(f"points {p}: no such file")
@@ -130,7 +136,9 @@ def read_points(path: str | os.PathLike) -> np.ndarray:
     if size % 16:
       raise ValueError(f"points {p}: {size} bytes is not a whole number of KITTI records (4 float32: x, y, z, "
                        f"reflectance = 16 bytes)")
-    return np.fromfile(p, dtype="<f4").reshape(-1, 4)
+    a = np.fromfile(p, dtype="<f4").reshape(-1, 4)
+    input_contract.check_point_ranges(a, name=f"points {p}")
+    return a
   if p.suffix == ".npy":
     try:
       a = np.load(p, allow_pickle=False)
@@ -140,6 +148,7 @@ def read_points(path: str | os.PathLike) -> np.ndarray:
                                                         or np.issubdtype(a.dtype, np.integer)):
       raise ValueError(f"points {p}: expected an (N, 3) or (N, 4) array of x, y, z[, reflectance] in metres, got "
                        f"{a.dtype} {a.shape}")
+    input_contract.check_point_ranges(a, name=f"points {p}")  # before float32 could round a value to inf
     return a.astype(np.float32)
   raise ValueError(f"points {p}: unknown format {p.suffix!r}; expected one of {', '.join(POINT_SUFFIXES)}")
 

@@ -31,13 +31,18 @@ eval.py there stops at once), and OUT/pncnn_writer.json records the model and in
 killed with SIGKILL (no handler runs) leaves OUT without metadata.yaml: a rerun names it a partial conversion, and
 --overwrite replaces it. --overwrite also replaces a finished bag this command wrote; nothing else is ever replaced.
 
-Inputs (REP 118):
-  --depth_topic        sensor_msgs/Image, 32FC1 in metres (NaN, +-Inf and values <= 0: no measurement) or
-                       16UC1 / mono16 in millimetres (0: no measurement); either byte order, any row padding. The
-                       camera info is --camera_info_topic, else the image's sibling `<namespace>/camera_info`
-                       when the bag has it (ROS's camera convention), else none is written.
-  --points_topic       sensor_msgs/PointCloud2 with float32 or float64 fields x, y, z (other fields ignored; NaN
-                       points dropped), with --camera_info_topic (sensor_msgs/CameraInfo, required): the depth map
+Inputs (REP 118), each frame checked against the input contract (pncnn_jax.data.input_contract: the checks and
+one-line messages of the Completer and predict):
+  --depth_topic        sensor_msgs/Image, 32FC1 in metres (NaN, +-Inf and 0: no measurement; a negative depth is
+                       an error) or 16UC1 / mono16 in millimetres (0: no measurement); either byte order, any row
+                       padding. Depths that are not metres after that (beyond 1000 m, or a median under 5 cm: a
+                       32FC1 image in millimetres or kilometres) are an error naming the message. The camera info
+                       is --camera_info_topic, else the image's sibling `<namespace>/camera_info` when the bag has
+                       it (ROS's camera convention), else none is written; it is published with the completed
+                       depth, so each image must have its size (height x width, less its ROI and binning: REP 104).
+  --points_topic       sensor_msgs/PointCloud2 with float32 or float64 fields x, y, z in metres (other fields
+                       ignored; NaN points dropped; ranges that are not metres, as for depth images, are an
+                       error), with --camera_info_topic (sensor_msgs/CameraInfo, required): the depth map
                        is the camera's rectified image, height x width of the CameraInfo, projected with its P
                        (3x4; K when P is all zero), as `pncnn_jax.data.points.project_points` does (z > 0, the
                        nearest return per pixel, round(u), round(v)): K = P[:, :3], and P's 4th column (a stereo
@@ -51,7 +56,8 @@ Inputs (REP 118):
                        and does not depend on which transforms a recording happened to capture.
 
 Errors (a bag without the named topic, a topic of another type, an unsupported encoding, an existing OUT, an empty
---input or --output) are one line on stderr and exit status 2; nothing is written.
+--input or --output, a frame the input contract refuses, an image of another size than its camera info) are one
+line on stderr and exit status 2; nothing is written (OUT is removed when a frame is refused half-way).
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pncnn_jax.data import input_contract
 from pncnn_jax.data import points as points_lib
 from pncnn_jax.runtime import cli, run_files
 from pncnn_jax.runtime.cli import first_line
@@ -93,7 +100,8 @@ def _rosbags():
 
 
 def image_to_depth(msg: Any, where: str = "image") -> np.ndarray:
-  """sensor_msgs/Image (32FC1 metres, 16UC1 / mono16 millimetres) -> (H, W) float32 metres, 0 = no measurement."""
+  """sensor_msgs/Image (32FC1 metres, 16UC1 / mono16 millimetres) -> (H, W) float32 metres, the values as stored
+  (NaN, +-inf and 0 are no measurement; `depth_of` checks them against the input contract)."""
   if msg.encoding not in DEPTH_ENCODINGS:
     raise ValueError(f"{where}: encoding {msg.encoding!r} is not a depth encoding; expected "
                      f"{', '.join(DEPTH_ENCODINGS)} (REP 118)")
@@ -104,8 +112,19 @@ def image_to_depth(msg: Any, where: str = "image") -> np.ndarray:
   if h < 1 or w < 1 or step < w * dtype.itemsize or data.size < h * step:
     raise ValueError(f"{where}: {data.size} bytes do not hold a {h}x{w} {msg.encoding} image of step {step}")
   rows = data[:h * step].reshape(h, step)[:, :w * dtype.itemsize]
-  depth = np.ascontiguousarray(rows).view(dtype).astype(np.float64) * scale
-  return np.where(np.isfinite(depth) & (depth > 0), depth, 0.0).astype(np.float32)
+  return (np.ascontiguousarray(rows).view(dtype).astype(np.float64) * scale).astype(np.float32)
+
+
+def depth_of(msg: Any, where: str = "image") -> np.ndarray:
+  """A depth image message -> (H, W) float32 metres, 0 = no measurement, checked against the input contract
+  (`pncnn_jax.data.input_contract.check_sparse_depth`, as the Completer and predict check theirs): NaN and +-inf
+  are no measurement (REP 118); negative depths and depths that are not metres (beyond 1000 m, or a median under
+  5 cm: a 32FC1 image in millimetres or kilometres) are a ValueError naming `where`. A frame without any
+  measurement passes (all 0: the command writes it as NaN)."""
+  depth = image_to_depth(msg, where)
+  hint = f"{msg.encoding} depth images are in {'metres' if msg.encoding == '32FC1' else 'millimetres'} (REP 118)"
+  return input_contract.check_sparse_depth(depth, name=where, layouts=(input_contract.HW,), hint=hint,
+                                           allow_empty=True)[0]
 
 
 def pointcloud2_to_xyz(msg: Any, where: str = "cloud") -> np.ndarray:
@@ -130,6 +149,16 @@ def pointcloud2_to_xyz(msg: Any, where: str = "cloud") -> np.ndarray:
   pts = np.ascontiguousarray(rows).view(dtype).reshape(-1)
   xyz = np.stack([pts[n].astype(np.float64) for n in "xyz"], axis=1)
   return xyz[np.all(np.isfinite(xyz), axis=1)]
+
+
+def image_size_of(info: Any) -> tuple[int, int]:
+  """(H, W) of the images a CameraInfo describes (REP 104): its region of interest when it has one, else its
+  height x width, divided by its binning (0 and 1: none)."""
+  h, w = int(info.height), int(info.width)
+  roi = getattr(info, "roi", None)
+  if roi is not None and int(roi.height) > 0 and int(roi.width) > 0:
+    h, w = int(roi.height), int(roi.width)
+  return h // max(int(info.binning_y), 1), w // max(int(info.binning_x), 1)
 
 
 def camera_of(info: Any, where: str = "camera_info") -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
@@ -295,10 +324,16 @@ class _Frames:
     stamp = _stamp_ns(msg.header)
     info = _info_at(self.infos, stamp) if self.infos else None
     if not self.points:
-      return image_to_depth(msg, where), msg.header, info
+      depth = depth_of(msg, where)
+      if info is not None:  # the camera info is published with the completed depth: it must describe it
+        input_contract.check_same_size(depth.shape, image_size_of(info), name=where,
+                                       source=f"its camera info on {self.info_topic}")
+      return depth, msg.header, info
     K, baseline, size = camera_of(info)
     T = baseline if self.T is None else baseline @ self.T
-    depth = points_lib.project_points(pointcloud2_to_xyz(msg, where), K, T, size)
+    xyz = pointcloud2_to_xyz(msg, where)
+    input_contract.check_point_ranges(xyz, name=where, hint="PointCloud2 x, y, z are metres (REP 103)")
+    depth = points_lib.project_points(xyz, K, T, size)
     header = dataclasses.replace(msg.header, frame_id=info.header.frame_id)
     return depth, header, info
 

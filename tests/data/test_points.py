@@ -222,3 +222,26 @@ def test_bad_inputs_are_one_line_naming_the_file(kitti, tmp_path, case, message)
   assert message in text and "\n" not in text, text
   named = pts if case.startswith("points") or case == "missing points" else calib
   assert str(named) in text, text
+
+
+def test_scans_that_are_not_metres_are_refused_naming_the_file(kitti, tmp_path):
+  """The real scan in millimetres (a .bin whose records are x1000) or a kilometre .npy projected into sparse depth
+  of thousands of metres or of centimetres without a word: `read_points` checks the ranges |p| with the input
+  contract (none beyond 1000 m, a median of at least 5 cm) and names the file and what the numbers look like."""
+  scan = points.read_points(SCAN)  # metres: passes
+  ranges = np.linalg.norm(scan[:, :3].astype(np.float64), axis=1)
+  assert ranges.max() < 130 and np.median(ranges[ranges > 0]) > 5
+  mm = tmp_path / "mm.bin"
+  (scan * np.array([1000, 1000, 1000, 1], np.float32)).astype("<f4").tofile(mm)
+  with pytest.raises(ValueError) as e:
+    points.sparse_depth_from_files(mm, kitti)
+  assert str(e.value).startswith(f"points {mm}: ranges up to ") and "looks like millimetres (x 0.001: " in str(e.value)
+  assert str(e.value).endswith("; point coordinates must be in metres") and "\n" not in str(e.value)
+  km = tmp_path / "km.npy"
+  np.save(km, scan[:, :3].astype(np.float64) / 1000)
+  with pytest.raises(ValueError, match=r"^points .*km\.npy: median range 0\.0\d+ m .*looks like kilometres"):
+    points.read_points(km)
+  huge = tmp_path / "huge.npy"
+  np.save(huge, np.full((4, 3), 1e300))  # float64 beyond float32: refused, not rounded to inf and dropped
+  with pytest.raises(ValueError, match=r"^points .*huge\.npy: ranges up to 1\.732e\+300 m"):
+    points.read_points(huge)

@@ -312,6 +312,34 @@ def test_points_and_calibration_are_completed(tmp_path, capsys):
   assert rc == 2 and "--points needs --calib" in err and not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize("unit, scale, looks", [("mm", 1000.0, "looks like millimetres (x 0.001: "),
+                                               ("1e6 m", None, "not metres")])
+def test_points_that_are_not_metres_are_refused_in_one_line(tmp_path, capsys, unit, scale, looks):
+  """--points completed a scan in millimetres, or one 1e6 m away, to a constant 2.7 mm with exit status 0: its
+  points now pass the input contract's units check on their ranges (none beyond 1000 m, a median of at least
+  5 cm), so the file fails with one line naming it and saying what its numbers look like; the others still run."""
+  rng = np.random.default_rng(1)
+  z = rng.uniform(5.0, 40.0, 300)
+  uv = rng.uniform([0, 0], [24, 16], (300, 2))
+  xyz = np.stack([(uv[:, 0] - 12) * z / 20, (uv[:, 1] - 8) * z / 20, z], 1)  # in front of the camera, in metres
+  d = tmp_path / "scans"
+  d.mkdir()
+  np.save(d / "good.npy", xyz.astype(np.float32))
+  bad = xyz * scale if scale else xyz / np.linalg.norm(xyz, axis=1, keepdims=True) * 1e6
+  np.save(d / "bad.npy", bad.astype(np.float32))
+  calib = tmp_path / "calib.json"
+  calib.write_text('{"K": [[20, 0, 12], [0, 20, 8], [0, 0, 1]], "T_cam_from_lidar": [[1, 0, 0, 0], [0, 1, 0, 0], '
+                   '[0, 0, 1, 0], [0, 0, 0, 1]], "image_size": [16, 24]}')
+  rc, out, err = _run(capsys, "--points", d, "--calib", calib, "--output", tmp_path / "o")
+  assert rc == 1 and "2 input(s): 1 completed" in out, (out, err)
+  failed = [line for line in err.splitlines() if line.startswith("FAILED")]
+  assert len(failed) == 1 and failed[0].startswith(f"FAILED points {d / 'bad.npy'}: ranges up to "), err
+  assert f"beyond the 1000 m no range sensor reaches: {looks}" in failed[0] and failed[0].endswith(
+      "; point coordinates must be in metres"), failed[0]
+  assert not (tmp_path / "o" / "bad.npy").exists() and (tmp_path / "o" / "good.npy").is_file()
+  assert abs(np.nanmedian(np.load(tmp_path / "o" / "good.npy")) - 20) < 15  # metres, not 2.7 mm
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Issue 50.2 and 50.4: one writer per output folder, which records its model; paths only where the user named.
 

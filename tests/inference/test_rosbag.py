@@ -275,6 +275,83 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, ros, capsys):
   assert not (tmp_path / "out").exists() and not any((tmp_path / "taken").iterdir())
 
 
+def _refused(capsys, args, out):
+  """The command's exit status 2 and its one stderr line, after which OUT does not exist."""
+  rc = rosbag.main(["--output", str(out), "--checkpoint", MODEL, "--progress", "off"] + args)
+  err = capsys.readouterr().err
+  assert rc == 2 and err.count("\n") == 1 and err.startswith("error: "), (rc, err)
+  assert not out.exists()
+  return err.strip()
+
+
+@pytest.mark.parametrize("case", ["1 mm in 16UC1", "kilometres in 32FC1", "millimetres in 32FC1", "negative 32FC1",
+                                  "millimetres in PointCloud2"])
+def test_frames_that_break_the_input_contract_are_refused_in_one_line(tmp_path, ros, capsys, case):
+  """A bag of 1 mm measurements came out as depths up to 0.17 m and a bag in kilometres as 0-0.2 m, both with exit
+  status 0 (predict refused such files); negative 32FC1 depths were read as no measurement. Each frame now passes
+  the input contract (`pncnn_jax.data.input_contract`: the checks and messages of the Completer and predict) and a
+  refused one stops the conversion in one line naming the message, with the REP's unit as the way out; the new bag
+  is removed."""
+  ts = ros[2]
+  rng = np.random.default_rng(3)
+  metres = np.where(rng.random((H, W)) < 0.3, rng.uniform(2.0, 40.0, (H, W)), 0.0)
+  hdr = _header(ts, 1, 0, "camera_optical")
+  inp = tmp_path / "in"
+  if case.endswith("PointCloud2"):
+    fwd = rng.uniform(3.0, 30.0, 400)
+    xyz = np.stack([rng.uniform(-0.7, 0.7, 400) * fwd, rng.uniform(-0.4, 0.4, 400) * fwd, fwd], 1)  # camera frame
+    _write(inp, ros, [("/camera/camera_info", rosbag.CAMERA_INFO, 1, _camera_info(ts, hdr)),
+                      ("/lidar/points", rosbag.POINTCLOUD2, 2, _cloud(ts, hdr, (xyz * 1000).astype(np.float32)))])
+    err = _refused(capsys, ["--input", str(inp), "--points_topic", "/lidar/points", "--camera_info_topic",
+                            "/camera/camera_info"], tmp_path / "out")
+    assert err.startswith("error: /lidar/points message 0: ranges up to ") and "looks like millimetres" in err and \
+        err.endswith("; PointCloud2 x, y, z are metres (REP 103)"), err
+    return
+  image = {"1 mm in 16UC1": _image(ts, hdr, np.where(metres > 0, 1, 0), "16UC1"),
+           "kilometres in 32FC1": _image(ts, hdr, metres / 1000, "32FC1"),
+           "millimetres in 32FC1": _image(ts, hdr, metres * 1000, "32FC1"),
+           "negative 32FC1": _image(ts, hdr, np.where(metres > 30, -metres, metres), "32FC1")}[case]
+  _write(inp, ros, [("/camera/depth/image", rosbag.IMAGE, 10, image)])
+  err = _refused(capsys, ["--input", str(inp), "--depth_topic", "/camera/depth/image"], tmp_path / "out")
+  m = metres[metres > 0]
+  expected = {
+      "1 mm in 16UC1": "median depth 0.001 m (up to 0.001 m), under 5 cm: looks like kilometres (x 1000: 1-1 m, "
+                       "median 1 m); 16UC1 depth images are in millimetres (REP 118)",
+      "kilometres in 32FC1": "median depth 0.0",
+      "millimetres in 32FC1": f"depths up to {np.float32(m.max() * 1000):.4g} m",
+      "negative 32FC1": f"{int((m > 30).sum())} negative depths (min {-np.float32(m.max()):.4g} m); use 0 for no "
+                        "measurement",
+  }[case]
+  assert err.startswith(f"error: /camera/depth/image message 0: {expected}"), err
+  if "metres in" in case:
+    assert err.endswith("; 32FC1 depth images are in metres (REP 118)"), err
+
+
+def test_images_of_another_size_than_their_camera_info_are_refused(tmp_path, ros, capsys):
+  """12x20 depth images with a 24x40 camera info were completed and published with that camera info, which
+  describes other pixels (depth_image_proc would project them wrongly). The image must have the camera info's size,
+  less its binning and region of interest (REP 104): a 24x40 camera binned 2x2 takes 12x20 images."""
+  ts = ros[2]
+  rng = np.random.default_rng(4)
+  metres = np.where(rng.random((H, W)) < 0.3, rng.uniform(2.0, 40.0, (H, W)), 0.0)
+  hdr = _header(ts, 1, 0, "camera_optical")
+  for binning in (0, 2):
+    info = _camera_info(ts, hdr)
+    info.height, info.width, info.binning_x, info.binning_y = 2 * H, 2 * W, binning, binning
+    inp = tmp_path / f"in_{binning}"
+    _write(inp, ros, [("/camera/depth/camera_info", rosbag.CAMERA_INFO, 5, info),
+                      ("/camera/depth/image", rosbag.IMAGE, 10, _image(ts, hdr, metres, "32FC1"))])
+    args = ["--input", str(inp), "--depth_topic", "/camera/depth/image"]
+    if binning == 0:
+      err = _refused(capsys, args, tmp_path / "out")
+      assert err == ("error: /camera/depth/image message 0: 12x20 pixels (HxW), but its camera info on "
+                     "/camera/depth/camera_info is 24x40; a depth image and its camera must have one size"), err
+    else:
+      assert rosbag.main(args + ["--output", str(tmp_path / "binned"), "--checkpoint", MODEL]) == 0
+      got = _read(tmp_path / "binned", ros)
+      assert (got["/pncnn/depth"][0][1].height, got["/pncnn/camera_info"][0][1].binning_x) == (H, 2)
+
+
 def _identity_calib(tmp_path):
   path = tmp_path / "identity.json"
   path.write_text('{"T_cam_from_lidar": [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0]}')
