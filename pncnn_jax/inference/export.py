@@ -31,7 +31,9 @@ interrupted or failed export (a full disk, a read-only folder: one line naming t
 under a final name; artifacts of a previous export that this one does not write (its ONNX file when this one
 writes StableHLO only) are removed, so the sidecar always describes what DIR holds.
 
-Input `sparse_depth`: (B, H, W, 1) float32, metres, 0 = no measurement. Outputs, in this order, all (B, H, W, 1)
+Input `sparse_depth`: (B, H, W, 1) float32, metres, 0 = no measurement (NaN and +-inf too: the input contract,
+`pncnn_jax.data.input_contract`, whose value checks the graph cannot make: feed it depths >= 0 in metres, at most
+1000 m, with a median of at least 5 cm per frame; export.json records this). Outputs, in this order, all (B, H, W, 1)
 float32 (NHWC), equal to what `python -m pncnn_jax.predict` and `pncnn_jax.Completer` give for the same frame:
   depth        the completed depth, metres, >= 0 (negative network depths clamped at 0) where `valid`, NaN elsewhere.
   confidence   the model's output confidence (`models.ModelOutput.confidence`); its meaning depends on the loss the
@@ -62,6 +64,7 @@ import jax
 import jax.numpy as jnp
 
 from pncnn_jax.checkpoints import loader
+from pncnn_jax.data import input_contract
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.nn import cpu_kernels, models
 
@@ -107,8 +110,17 @@ def serving_fn(model: models.PNCNN, variables: dict[str, Any], *, fill_unsupport
   constants: the Completer's computation (pncnn_jax.inference.completer, steps 3-5) for one model. The input is
   zero-padded at the bottom and right to a multiple of 8 (`completer.padded_size`) and the outputs cropped back; the
   depth is clamped at 0; depth and confidence are NaN outside valid = support & ~clamped (`support_mask`) unless
-  `fill_unsupported`."""
+  `fill_unsupported`.
+
+  The input contract (`pncnn_jax.data.input_contract`): the layout (B, H, W, 1) of real numbers is checked when
+  `serve` is traced (for export, or under `jax.jit`); called on concrete arrays, `serve` also checks their values
+  as the Completer does (one-line ValueError naming `sparse_depth`). Inside the graph 0, NaN and +-inf are no
+  measurement; the graph cannot refuse an input, so a deployment checks signs and units itself (export.json)."""
   def serve(sparse_depth):
+    input_contract.check_layout(sparse_depth.shape, sparse_depth.dtype, name=INPUT_NAME,
+                                layouts=(input_contract.BHW1,))
+    if not isinstance(sparse_depth, jax.core.Tracer):  # concrete values: the whole contract, as the Completer's
+      input_contract.check_sparse_depth(sparse_depth, name=INPUT_NAME, layouts=(input_contract.BHW1,))
     _, h, w, _ = sparse_depth.shape
     hp, wp = completer_lib.padded_size(h, w)
     padded = jnp.pad(sparse_depth, ((0, 0), (0, hp - h), (0, wp - w), (0, 0)))
@@ -240,7 +252,11 @@ def sidecar(variant: str, loss: str, height: int, width: int, *, formats: tuple[
       "layout": "NHWC",
       "dtype": "float32",
       "input": {"name": INPUT_NAME, "shape": ["B", height, width, 1], "unit": "m",
-                "meaning": "sparse depth, 0 = no measurement"},
+                "meaning": "sparse depth, 0 = no measurement",
+                "contract": {"no_measurement": "0, NaN, +inf, -inf", "negative": "not allowed",
+                             "max_m": input_contract.MAX_PLAUSIBLE_M,
+                             "min_median_m": input_contract.MIN_PLAUSIBLE_MEDIAN_M,
+                             "checked": "not inside the graph: check inputs before feeding them"}},
       "outputs": [
           {"name": "depth", "shape": ["B", height, width, 1], "unit": "m",
            "meaning": "completed depth, >= 0" + (" (every pixel; see valid)" if fill_unsupported

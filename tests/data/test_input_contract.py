@@ -1,11 +1,18 @@
 """The input contract (`pncnn_jax.data.input_contract`): layouts and dtypes, 0 / NaN / +-inf as no measurement,
 negative depths, the units check at its documented thresholds (1000 m, a median of 5 cm) with what the numbers look
-like, frames named in batches, point-cloud ranges, image against camera size."""
+like, frames named in batches, point-cloud ranges, image against camera size; and that every entry that takes depth
+(the Completer, predict_array, predict's file reader, the bag's image decoder, export's serving function) refuses a
+bad input with the very same line."""
 
+import importlib.util
+
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from pncnn_jax.data import input_contract
+from pncnn_jax.inference import completer as completer_lib
+from pncnn_jax.inference import export, predict, rosbag
 
 F32 = np.finfo(np.float32)
 
@@ -148,3 +155,46 @@ def test_same_size():
   assert str(e.value) == ("/d message 0: 12x20 pixels (HxW), but its camera info on /d/camera_info is 24x40; a depth "
                           "image and its camera must have one size")
 
+
+def _message(fn) -> str:
+  with pytest.raises(ValueError) as e:
+    fn()
+  assert "\n" not in str(e.value)
+  return str(e.value)
+
+
+@pytest.mark.parametrize("case", ["millimetres", "kilometres", "negative", "float32 max", "empty"])
+def test_every_entry_refuses_with_the_same_line(tmp_path, case):
+  """One bad frame through each entry that takes depth: the same message, the entry's name in front and its own
+  hint for units at the end. All are refused before any network runs (nothing compiles here)."""
+  frame = _frame().astype(np.float64)
+  bad = {"millimetres": frame * 1000, "kilometres": frame / 1000, "negative": -frame,
+         "float32 max": np.where(frame > 0, F32.max, 0.0), "empty": np.zeros_like(frame)}[case].astype(np.float32)
+  expected = _message(lambda: input_contract.check_sparse_depth(bad, name="NAME"))
+  core = expected[len("NAME"):].rsplit("; pass depth in metres", 1)[0]  # without the Python entries' hint
+  c = completer_lib.Completer.from_pretrained("synthetic:ncnn")
+  got = {
+      "Completer": _message(lambda: c(bad, name="NAME")),
+      "predict_array": _message(lambda: predict.predict_array(c.model, c.variables, bad, name="NAME")),
+      "serving_fn": _message(lambda: export.serving_fn(c.model, c.variables)(jnp.asarray(bad)[None, ..., None])),
+  }
+  np.save(tmp_path / "f.npy", bad)
+  got["predict file"] = _message(lambda: predict.read_input(tmp_path / "f.npy"))
+  if case != "empty" and importlib.util.find_spec("rosbags"):  # the bag passes empty frames (writes NaN)
+    _, _, ts = rosbag._rosbags()  # pylint: disable=protected-access
+    msg = ts.types["sensor_msgs/msg/Image"](
+        header=ts.types["std_msgs/msg/Header"](stamp=ts.types["builtin_interfaces/msg/Time"](sec=0, nanosec=0),
+                                               frame_id="c"),
+        height=bad.shape[0], width=bad.shape[1], encoding="32FC1", is_bigendian=0, step=4 * bad.shape[1],
+        data=np.frombuffer(bad.astype("<f4").tobytes(), np.uint8))
+    got["bag"] = _message(lambda: rosbag.depth_of(msg, "NAME"))
+  assert got["Completer"] == got["predict_array"] == expected
+  assert got["serving_fn"].startswith("sparse_depth") and core in got["serving_fn"]
+  assert got["predict file"].startswith(str(tmp_path / "f.npy")) and core in got["predict file"]
+  if "bag" in got:
+    assert got["bag"].startswith("NAME") and core in got["bag"]
+  if case in ("millimetres", "kilometres", "float32 max"):  # each entry's own way out
+    assert got["predict file"].endswith("wrong --input_format or --depth_scale? (kitti_png: value / 256 m, mm_png: "
+                                        "value / 1000 m, npy: metres)")
+    if "bag" in got:
+      assert got["bag"].endswith("; 32FC1 depth images are in metres (REP 118)")

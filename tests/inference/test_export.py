@@ -133,12 +133,36 @@ def test_stablehlo_artifact_equals_jit_at_two_batch_sizes(exported):
   np.testing.assert_array_equal(d3[1:2], np.asarray(exp.call(x[1:2])[0]))
 
 
+def test_the_graph_reads_nan_and_infinities_as_no_measurement(exported):
+  """The input contract's rule for missing values holds inside the artifact, which cannot refuse an input: a frame
+  coded with NaN, +inf and -inf gives what the same frame with 0 gives (+-inf made every output NaN; an
+  infinite pixel also counted as input support). On concrete arrays the serving function checks the rest of the
+  contract as the Completer does."""
+  variables, out, _ = exported
+  exp = jax.export.deserialize(bytearray((out / export.STABLEHLO_FILE).read_bytes()))
+  x = _sparse(1, 5)
+  coded = x.copy()
+  holes = np.flatnonzero(x == 0)
+  coded.flat[holes[0::3]], coded.flat[holes[1::3]], coded.flat[holes[2::3]] = np.nan, np.inf, -np.inf
+  for a, b in zip(exp.call(coded), exp.call(x)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  serve = export.serving_fn(models.build_model(VARIANT), variables)
+  with pytest.raises(ValueError, match=r"^sparse_depth frame 0: depths up to .* m .*looks like millimetres"):
+    serve(x * 1000)
+  with pytest.raises(ValueError, match=r"^sparse_depth: expected depth \(B, H, W, 1\) in metres as real numbers, got "
+                                       r"shape \(1, 64, 96\) of float32\n"):  # jax adds a note on its frames
+    jax.jit(serve)(x[..., 0])  # the layout is checked while tracing
+
+
 def test_sidecar_describes_inputs_and_outputs(exported):
   _, out, formats = exported
   meta = json.loads((out / export.SIDECAR_FILE).read_text())
   assert (meta["variant"], meta["loss"], meta["height"], meta["width"]) == (VARIANT, "gaussian_nll", H, W)
   assert meta["input"] == {"name": "sparse_depth", "shape": ["B", H, W, 1], "unit": "m",
-                           "meaning": "sparse depth, 0 = no measurement"}
+                           "meaning": "sparse depth, 0 = no measurement",
+                           "contract": {"no_measurement": "0, NaN, +inf, -inf", "negative": "not allowed",
+                                        "max_m": 1000.0, "min_median_m": 0.05,
+                                        "checked": "not inside the graph: check inputs before feeding them"}}
   assert [(o["name"], o["unit"]) for o in meta["outputs"]] == [("depth", "m"), ("confidence", "1/m^2"), ("valid", "1")]
   assert meta["fill_unsupported"] is False and "NaN where valid is 0" in meta["outputs"][0]["meaning"]
   assert sorted(meta["files"]) == sorted(formats.split(","))
