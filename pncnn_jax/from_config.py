@@ -22,6 +22,7 @@ import ml_collections
 from pncnn_jax import data, losses
 from pncnn_jax.data import build as data_build
 from pncnn_jax.nn import models
+from pncnn_jax.runtime import cli
 from pncnn_jax.runtime.registry import Registry
 
 # the PNCNN fields a config may set
@@ -33,8 +34,9 @@ AUTO_TWO_STEPS_MIN_PIXELS = 100_000
 
 
 def load_config(spec: str | os.PathLike) -> ml_collections.ConfigDict:
-  """Loads `path/to/config.py[:arg]` as `--config` does (unlocked), e.g. 'configs/synthetic.py:pncnn'."""
-  path, _, arg = str(spec).partition(":")
+  """Loads `path/to/config.py[:arg]` as `--config` does (unlocked), e.g. 'configs/synthetic.py:pncnn', or a
+  packaged config by name from any directory, e.g. 'synthetic:pncnn' (`runtime.cli.config_path`)."""
+  path, _, arg = cli.config_path(spec).partition(":")
   if not os.path.isfile(path):
     raise FileNotFoundError(f"config file {path} does not exist")
   mod_spec = importlib.util.spec_from_file_location(f"_pncnn_config_{pathlib.Path(path).stem}", path)

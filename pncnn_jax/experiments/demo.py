@@ -24,7 +24,9 @@ import pathlib
 import sys
 import time
 
-CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "synthetic.py"
+from pncnn_jax.runtime import cli
+
+CONFIG_FILE = cli.CONFIG_DIR / "synthetic.py"  # packaged: the demo runs from an installed package too
 FRESH_SEED = 1  # scene seed of the demo's evaluation scenes (reproduce uses 0)
 SHOWN = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l1_masked", "ncnn_conf_l2", "ncnn_conf_l2_masked", "pncnn", "pncnn_masked",
          "pncnn_exp", "pncnn_exp_masked", "pncnn_beta_masked", "sparse_var_beta_detach_masked")
@@ -125,9 +127,6 @@ def main(argv: list[str] | None = None) -> int:
   from pncnn_jax.experiments.pages import figures as pages_figures  # pylint: disable=g-import-not-at-top
   from pncnn_jax.experiments.pages import report  # pylint: disable=g-import-not-at-top
 
-  if not CONFIG_FILE.is_file():
-    print(f"error: {CONFIG_FILE} not found (run the demo from a clone of the repository)", file=sys.stderr)
-    return 2
   if not pretrained.available("synthetic"):
     print(f"error: no shipped models in {pretrained.ROOT / 'synthetic'}", file=sys.stderr)
     return 2

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import ml_collections
 
 from pncnn_jax import from_config
+from pncnn_jax.runtime import cli
 
 # One recipe per scale. 'cpu' fits 2 CPU cores (about 10-30 min per pNCNN run); 'long' is the same recipe 5x longer.
 SCALES: dict[str, dict[str, Any]] = {
@@ -245,11 +246,8 @@ def run_config(run: Run, scale: str, cache_dir: str | None = None,
 
 
 def configs_dir() -> pathlib.Path:
-  """The checkout's configs/ folder (the experiments run from a clone, not from an installed package)."""
-  here = pathlib.Path(__file__).resolve().parents[2] / "configs"
-  if not here.is_dir():
-    raise FileNotFoundError(f"{here}: the configs/ folder of the pncnn_jax checkout is missing")
-  return here
+  """The configs the runs start from: the packaged ones (pncnn_jax/configs/, installed with the package)."""
+  return cli.CONFIG_DIR
 
 
 def build_caches(workdir: pathlib.Path, scale: str, workers: int = 1) -> str:

@@ -1,15 +1,20 @@
-"""What train.py and eval.py share before jax is touched: their --help text, and flag parsing without tracebacks
-for user mistakes."""
+"""What train.py and eval.py share before jax is touched: their --help text, the `--config` flag and where its
+file is found, and flag parsing without tracebacks for user mistakes."""
 
 from __future__ import annotations
 
+import os
+import pathlib
 import re
 import sys
 
 from absl import flags
 
+# The configs ship inside the package (pncnn_jax/configs/, in the wheel too); the checkout's configs/*.py are
+# one-line doors to them. Found by path, not imported: this module imports nothing above runtime/.
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
 # Appended to train.py's and eval.py's docstrings, which absl prints for --help. Kept in step with
-# models.VARIANTS, configs/ and configs/base.py by tests/test_commands.py (no jax import for --help).
+# models.VARIANTS, pncnn_jax/configs/ and its base.py by tests/test_commands.py (no jax import for --help).
 CONFIG_FILES = ("synthetic", "kitti", "nyu", "ensemble_synthetic", "flow_synthetic")
 VARIANTS = ("ncnn", "ncnn_conf_l1", "ncnn_conf_l2", "pncnn", "pncnn_exp", "no_conf_est", "no_var_est", "depth_pred",
             "laplace", "pncnn_beta", "sparse_var")
@@ -26,7 +31,7 @@ Variants: {', '.join(VARIANTS)}
    pncnn_beta: pNCNN trained with beta-NLL weights; sparse_var: the variance UNet also sees the sparse input;
    our options, docs/results/RESULTS.md)
 Flow variants (configs/flow_synthetic.py only): {', '.join(FLOW_VARIANTS)}
-Most-used fields (--config.FIELD=VALUE; every field, with a comment, in configs/base.py):
+Most-used fields (--config.FIELD=VALUE; every field, with a comment, in pncnn_jax/configs/base.py):
   batch_size=4  learning_rate=0.01  num_epochs=10  steps_per_epoch=-1 (-1: one pass)  lr_decay_epochs=5  seed=0
   eval_every_steps=-1  max_to_keep=2  progress_bar=True  loss='' (the variant's)
   data.data_dir  data.train_crop_height  data.train_crop_width  data.eval_split  data.synthetic_size
@@ -34,6 +39,43 @@ Most-used fields (--config.FIELD=VALUE; every field, with a comment, in configs/
 A misspelled field is an error with a "Did you mean" hint. KITTI / NYU are built once into data.data_dir:
   python -m pncnn_jax.data.build kitti_depth --manual_dir KITTI_ROOT --data_dir DATA_DIR   (docs/DATA.md)
 """
+
+
+def config_path(spec: str | os.PathLike) -> str:
+  """`--config` FILE[:ARG] with FILE made a path that exists where it can be: FILE itself when it is a file;
+  else, when FILE names a packaged config (`kitti`, `kitti.py` or `configs/kitti.py`), that config in
+  pncnn_jax/configs/; else FILE unchanged (the caller reports it missing). ARG is kept as given.
+
+  So `--config configs/kitti.py:pncnn` reads the checkout's configs/kitti.py in a checkout (a door to the packaged
+  one) and the packaged one anywhere else, as `--config kitti:pncnn` does; a file of the user's always wins."""
+  path, sep, arg = str(spec).partition(":")
+  if not path or os.path.isfile(path):
+    return str(spec)
+  p = pathlib.PurePath(path)
+  packaged = CONFIG_DIR / f"{p.stem}.py"
+  if (p.suffix in ("", ".py") and p.parent.as_posix() in (".", "configs") and p.stem != "__init__"
+      and packaged.is_file()):
+    return f"{packaged}{sep}{arg}"
+  return str(spec)
+
+
+def define_config_flag(flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:
+  """`--config FILE[:VARIANT]`: ml_collections' `DEFINE_config_file` (a locked config, `--config.FIELD=VALUE`
+  overrides), whose FILE may also name a packaged config (`config_path`). For every command that takes a config."""
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+
+  holder = config_flags.DEFINE_config_file(
+      "config", None, "configs/<dataset>.py:<variant>, or <dataset>:<variant> from any directory",
+      flag_values=flag_values, lock_config=True)
+  flag = flag_values[holder.name]
+
+  class _Parser(type(flag.parser)):  # ml_collections' ConfigFileFlagParser: it loads the file at the path given
+
+    def parse(self, path):
+      return super().parse(config_path(path))
+
+  flag.parser = _Parser(name=holder.name, lock_config=True)
+  return holder
 
 
 PROGRESS_MODES = ("auto", "on", "off")
