@@ -262,7 +262,7 @@ def test_modules_are_imported_under_their_own_names():
 
 
 # Test files about the project as a whole rather than one module (tests/test_<topic>.py, or a prefix of the name).
-TEST_TOPICS = {"bad_inputs", "commands", "configs", "docs", "notebook", "readme", "structure"}
+TEST_TOPICS = {"bad_inputs", "commands", "configs", "docs", "notebook", "packaging", "readme", "structure"}
 
 
 def test_test_files_are_named_after_their_modules():
