@@ -86,3 +86,21 @@ def test_figures_shown_are_generated_ones():
       if not (path.is_file() and generated):
         bad.append(f"{p.relative_to(REPO)}: {target}")
   assert not bad, "images that are missing or not generated figures:\n" + "\n".join(bad)
+
+
+def test_training_page_quotes_the_long_recipe_from_the_long_page():
+  """What docs/guide/training.md says the long recipe reaches (after its two-minute run) is what
+  docs/results/RESULTS_LONG.json measured: pncnn, and the recommended shipped model."""
+  import json  # pylint: disable=g-import-not-at-top
+  runs = json.loads((REPO / "docs" / "results" / "RESULTS_LONG.json").read_text())["runs"]
+  page = (REPO / "docs" / "guide" / "training.md").read_text()
+  m = re.search(r"long recipe .*? reaches MAE (\d+) mm, RMSE (\d+) mm, AUSE (\d+\.\d+) and\s+AUCE (\d+\.\d+) on (\d+) "
+                r"held-out test scenes", page, re.S)
+  r = runs["pncnn"]
+  assert m and m.groups() == (f"{r['metrics']['mae']:.0f}", f"{r['metrics']['rmse']:.0f}",
+                              f"{r['uncertainty']['ause_pncnn']:.3f}", f"{r['uncertainty']['auce']:.2f}",
+                              str(r["metrics"]["num_images"])), m and m.groups()
+  m = re.search(r"`sparse_var_beta_detach_masked` MAE (\d+) mm, RMSE (\d+) mm and AUSE (\d+\.\d+)", page)
+  r = runs["sparse_var_beta_detach_masked"]
+  assert m and m.groups() == (f"{r['metrics']['mae']:.0f}", f"{r['metrics']['rmse']:.0f}",
+                              f"{r['uncertainty']['ause_pncnn']:.3f}"), m and m.groups()
