@@ -100,6 +100,7 @@ class Command:
 @dataclasses.dataclass
 class Block:
   page: pathlib.Path
+  where: str  # page:line of the fence, the page relative to the checkout
   line: int  # of the fence
   lang: str
   body: str
@@ -107,10 +108,6 @@ class Block:
   commands: list[Command] = dataclasses.field(default_factory=list)
   quoted: list[tuple[tuple[str, ...], int | None]] = dataclasses.field(default_factory=list)  # (lines, first N)
   errors: list[str] = dataclasses.field(default_factory=list)
-
-  @property
-  def where(self) -> str:
-    return f"{self.page.relative_to(REPO)}:{self.line}"
 
   def run_key(self) -> tuple[str, ...]:
     return tuple(f"{c.verdict}: {c.line()}" for c in self.commands if c.runs)
@@ -168,8 +165,9 @@ def _parse_verdict(text: str) -> tuple[str, str] | str:
           f"{', '.join(NEEDS)}")
 
 
-def parse_page(page: pathlib.Path) -> tuple[list[Block], list[str]]:
-  """The shell blocks of a page with their commands and verdicts, and the page's marker errors."""
+def parse_page(page: pathlib.Path, root: pathlib.Path = REPO) -> tuple[list[Block], list[str]]:
+  """The shell blocks of a page with their commands and verdicts, and the page's marker errors (the page named
+  relative to `root`)."""
   text = page.read_text()
   lines = text.splitlines()
   blocks: list[Block] = []
@@ -183,9 +181,10 @@ def parse_page(page: pathlib.Path) -> tuple[list[Block], list[str]]:
     if marker:
       used_markers.add(prev)
     lang, body = m.group("lang"), m.group("body")
-    where = f"{page.relative_to(REPO)}:{line}"
+    where = f"{page.relative_to(root)}:{line}"
     if lang in SHELL_LANGS or (lang == "text" and any(x.startswith("$ ") for x in body.splitlines())):
-      block = Block(page, line, lang if lang in SHELL_LANGS else "text", body, marker.group(1) if marker else None)
+      block = Block(page, where, line, lang if lang in SHELL_LANGS else "text", body,
+                    marker.group(1) if marker else None)
       if block.lang == "text":
         errors.append(f"{where}: a transcript (`$ ` lines) fenced as text: fence it as console")
       cmds = _logical_lines(body, "console" if block.lang in ("console", "text") else "bash")
@@ -226,7 +225,7 @@ def parse_page(page: pathlib.Path) -> tuple[list[Block], list[str]]:
             for i in range(text[:m.start()].count("\n"), text[:m.end()].count("\n") + 1)}  # fenced lines
   for i, x in enumerate(lines):
     if MARKER.match(x) and i not in used_markers and i not in inside:
-      errors.append(f"{page.relative_to(REPO)}:{i + 1}: a docs-test marker not on the line before a fence")
+      errors.append(f"{page.relative_to(root)}:{i + 1}: a docs-test marker not on the line before a fence")
   return blocks, errors
 
 
@@ -322,12 +321,7 @@ def test_the_marker_parser_reads_verdicts_commands_and_transcripts(tmp_path):
       "```bash\nmake test\n```\n\n<!-- docs-test: needs time (a; b); needs gpu -->\n```sh\nmake demo\n```\n\n"
       "<!-- docs-test: needs coffee -->\n```bash\nmake coffee\n```\n\n```\npython x.py\n```\n\n"
       "```text\n$ python y.py\n```\n\n<!-- docs-test: run -->\nstray\n")
-  old = REPO
-  globals()["REPO"] = tmp_path  # where-strings relative to the made-up page
-  try:
-    blocks, errors = parse_page(page)
-  finally:
-    globals()["REPO"] = old
+  blocks, errors = parse_page(page, root=tmp_path)
   a, b = blocks[0], blocks[1]
   assert [c.verdict for c in a.commands] == ["needs kitti", "run"]
   assert a.commands[0].text == "python train.py --config configs/kitti.py:pncnn --workdir a  # the data"
