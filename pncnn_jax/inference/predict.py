@@ -88,6 +88,7 @@ import dataclasses
 import errno
 import os
 import pathlib
+import signal
 import sys
 import time
 import warnings
@@ -101,7 +102,7 @@ from pncnn_jax.data import input_contract, io
 from pncnn_jax.ensemble import fusion
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.nn import models
-from pncnn_jax.runtime import run_files
+from pncnn_jax.runtime import cli, run_files
 
 MULTIPLE = completer_lib.MULTIPLE  # three 2x2 poolings
 
@@ -503,6 +504,8 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
   except BaseException:
     lock.release()
     raise
+  for tmp in sorted(p for p in out_root.rglob(f"*{TMP_MARK}*") if p.is_file() and not p.is_symlink()):
+    tmp.unlink(missing_ok=True)  # a killed run's (SIGKILL, power loss): with the lock held, no writer owns it
   if replaced:
     stale = sorted(p for p in out_root.rglob("*") if p.name.endswith(OUTPUT_SUFFIXES) and p not in planned
                    and TMP_MARK not in p.name)
@@ -591,9 +594,9 @@ def _failure(e: BaseException, src: pathlib.Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.predict", description=__doc__.splitlines()[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter,
-                                   epilog=__doc__.split("\n\n", 2)[2].split("\n\nFor every")[0])
+  parser = cli.ArgumentParser(prog="python -m pncnn_jax.predict", description=__doc__.splitlines()[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=__doc__.split("\n\n", 2)[2].split("\n\nFor every")[0])
   parser.add_argument("--checkpoint", required=True,
                       help="pncnn_jax checkpoint dir/workdir, shipped name (synthetic:pncnn_masked) or official "
                            ".pth.tar/.npz")
@@ -645,12 +648,14 @@ def main(argv: list[str] | None = None) -> int:
       except ValueError:
         raise ValueError(f"--precision_scales {args.precision_scales!r}: expected numbers separated by commas, "
                          "one per --checkpoint") from None
-    failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple,
-                             args.allow_mismatch, input_format=args.input_format, depth_scale=args.depth_scale,
-                             output_format=args.output_format, fusion_rule=args.fusion, precision_scales=scales,
-                             points=args.points, calib=args.calib, camera=args.camera, preview=not args.no_preview,
-                             overwrite=args.overwrite, progress={"auto": None, "on": True, "off": False}[args.progress],
-                             allow_fallback=args.allow_fallback, fill_unsupported=args.fill_unsupported)
+    with cli.sigterm_raises():  # SIGTERM cleans up as Ctrl-C does: no temporary file left, the lock released
+      failures = predict_files(args.checkpoint, args.input, args.output, args.variant, args.pad_multiple,
+                               args.allow_mismatch, input_format=args.input_format, depth_scale=args.depth_scale,
+                               output_format=args.output_format, fusion_rule=args.fusion, precision_scales=scales,
+                               points=args.points, calib=args.calib, camera=args.camera, preview=not args.no_preview,
+                               overwrite=args.overwrite,
+                               progress={"auto": None, "on": True, "off": False}[args.progress],
+                               allow_fallback=args.allow_fallback, fill_unsupported=args.fill_unsupported)
   except WriteError as e:
     print(f"error: {e.strerror}", file=sys.stderr)
     return 1
@@ -658,6 +663,10 @@ def main(argv: list[str] | None = None) -> int:
     print("interrupted: the outputs written so far are complete; rerun the command to finish the rest",
           file=sys.stderr)
     return 130
+  except cli.Terminated:
+    print("terminated (SIGTERM): the outputs written so far are complete; rerun the command to finish the rest",
+          file=sys.stderr)
+    return 128 + signal.SIGTERM
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -3,10 +3,14 @@ file is found, and flag parsing without tracebacks for user mistakes."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import pathlib
 import re
+import signal
 import sys
+import threading
 
 from absl import flags
 
@@ -121,6 +125,37 @@ def progress_from_flags(holder: flags.FlagHolder, config, argv: list[str] | None
 def first_line(e: BaseException) -> str:
   """The first line of an exception's message (its type's name when it has none): for one-line errors."""
   return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse's parser whose usage errors (a missing or malformed argument) are one line on stderr, exit status 2,
+  like every other refusal of the commands, instead of the usage block followed by the reason."""
+
+  def error(self, message: str):  # noqa: D102
+    self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+class Terminated(BaseException):
+  """SIGTERM arrived inside `sigterm_raises` (a BaseException, like KeyboardInterrupt: only cleanup catches it)."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+  """Within the block, SIGTERM raises `Terminated` in the main thread, so that `finally` blocks run (temporary files
+  removed, locks released) as for Ctrl-C; the previous handler is restored after. Off the main thread: no change."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def handler(signum, frame):
+    del signum, frame
+    raise Terminated()
+
+  previous = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def _fail(message: str) -> None:
