@@ -11,7 +11,6 @@ CLI: python -m pncnn_jax.convert --input CKPT --output DIR [--variant NAME]
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -41,6 +40,7 @@ from pncnn_jax.checkpoints.torch_pickle import (  # noqa: F401
   to_plain,
 )
 from pncnn_jax.nn import models
+from pncnn_jax.runtime import cli
 
 # args.loss of the official code -> our variant name, and our loss name.
 VARIANT_BY_LOSS = {
@@ -227,7 +227,7 @@ def convert(input_path: str | os.PathLike, output_dir: str | os.PathLike, varian
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.convert", description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(prog="python -m pncnn_jax.convert", description=__doc__.splitlines()[0])
   parser.add_argument("--input", required=True, help="official .pth.tar (legacy torch format) or .npz state dict")
   parser.add_argument("--output", required=True, help="directory to write the pncnn_jax checkpoint to (new)")
   parser.add_argument("--variant", default=None, help="model variant (default: read from the checkpoint)")

@@ -15,11 +15,12 @@ looked and the build command. train.py and eval.py print it and exit with status
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
 import sys
+
+from pncnn_jax.runtime import cli
 
 DATASETS = ("kitti_depth", "nyu_depth")
 ROOT_NAMES = {"kitti_depth": "KITTI_ROOT", "nyu_depth": "NYU_ROOT"}
@@ -88,7 +89,7 @@ def build(dataset: str, manual_dir: str | os.PathLike, data_dir: str | os.PathLi
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.data.build", description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(prog="python -m pncnn_jax.data.build", description=__doc__.splitlines()[0])
   parser.add_argument("dataset", choices=DATASETS)
   parser.add_argument("--manual_dir", required=True, help="the unzipped KITTI / extracted NYU folder (docs/DATA.md)")
   parser.add_argument("--data_dir", required=True, help="where to build (config.data.data_dir of training)")

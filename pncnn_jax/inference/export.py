@@ -50,7 +50,6 @@ artifacts. Eval mode (BatchNorm running statistics).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -67,6 +66,7 @@ from pncnn_jax.checkpoints import loader
 from pncnn_jax.data import input_contract
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.nn import cpu_kernels, models
+from pncnn_jax.runtime import cli
 
 INPUT_NAME = "sparse_depth"
 OUTPUT_NAMES = ("depth", "confidence", "valid")
@@ -429,7 +429,7 @@ def _csv(flag: str, value: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.export", description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(prog="python -m pncnn_jax.export", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", required=True,
                       help="pncnn_jax checkpoint dir/workdir, official .pth.tar/.npz, or a shipped name "
                            "('synthetic:<name>')")

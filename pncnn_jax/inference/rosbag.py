@@ -62,7 +62,6 @@ line on stderr and exit status 2; nothing is written (OUT is removed when a fram
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -445,7 +444,7 @@ def _terminate(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
   from pncnn_jax.inference import completer as completer_lib  # pylint: disable=g-import-not-at-top
 
-  parser = argparse.ArgumentParser(prog="python -m pncnn_jax.inference.rosbag",
+  parser = cli.ArgumentParser(prog="python -m pncnn_jax.inference.rosbag",
                                    description=__doc__.splitlines()[0])
   parser.add_argument("--input", required=True, help="rosbag2 directory (or its .db3 / .mcap file); only read")
   parser.add_argument("--output", required=True, help="the new bag directory (must not exist)")
