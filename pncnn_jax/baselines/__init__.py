@@ -6,11 +6,14 @@ The depth core never imports this package. Importing it registers, once, what a 
                   s2d_mcdropout (the same with dropout p = 0.5 where Gustafsson et al. put it)  (`from_config.VARIANTS`)
   loss            gaussian_nll_logvar: the Gaussian NLL of a (mean, log-variance) head; its confidence is the
                   log-precision s = -log sigma^2, precision exp(s) [1/m^2]  (`losses.LOSSES`)
+  evaluator       predictive: the fused prediction of the first M members or passes, for every M
+                  (`predictive.PredictiveEvaluator`, registered by `pncnn_jax.baselines.predictive` on import;
+                  `pncnn_jax.evaluate.EVALUATORS`)
 
 and a registry that misses one of these names imports it by module name (`runtime.registry.EXTENSIONS`).
 
 Modules: `model` (SparseToDense, the variants, the parameter count), `losses`, `predictive` (MC-Dropout passes in one
-vmapped call, ensemble members, the fused predictive mean and variance, their evaluation over M).
+vmapped call, ensemble members, the fused predictive mean and variance, their evaluator over M).
 pncnn_jax.experiments trains and compares them with pNCNN (docs/results/RESULTS_BASELINES.md).
 """
 

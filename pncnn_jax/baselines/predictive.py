@@ -7,26 +7,31 @@ uniform mixture of `pncnn_jax.ensemble.fusion.mixture_moments`, docs/SPEC.md §9
 
 MC-Dropout: the M predictions are M stochastic passes of one network (dropout on, BatchNorm on its running
 statistics), in one jitted call vmapped over M dropout keys. Deep ensemble: the first M members of a stacked ensemble
-(`pncnn_jax.ensemble.members.apply_ensemble`). `evaluate_prefixes` runs the largest M once per batch and fuses every
-smaller M from its first members or passes, so a table over M costs one pass over the scenes.
+(`pncnn_jax.ensemble.members.apply_ensemble`). One model ('single'): its own Gaussian, M = 1, scored the same way.
+
+`PredictiveEvaluator` ('predictive', an evaluator of the core's protocol `pncnn_jax.evaluate.protocol`, registered
+here on import) runs the largest M once per batch and fuses every smaller M from its first members or passes, so a
+table over M costs one pass over the scenes.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
-from pncnn_jax import evaluate, losses
+from pncnn_jax import losses
 from pncnn_jax import metrics as metrics_lib
 from pncnn_jax.ensemble import fusion, members
+from pncnn_jax.evaluate import depth as evaluate_depth
+from pncnn_jax.evaluate import protocol
 
 Array = jax.Array
 MC_DROPOUT_M = (1, 2, 4, 8, 16, 32)
 ENSEMBLE_M = (1, 2, 4, 8)
+KINDS = ("mc_dropout", "ensemble", "single")  # where the M predictions come from
+MC_SEED = 0  # the dropout keys of a MC-Dropout evaluation: dropout_keys(MC_SEED, max M)
 
 
 def dropout_keys(seed: int, passes: int) -> Array:
@@ -55,15 +60,25 @@ def predictive(depth: Array, precision: Array) -> tuple[Array, Array]:
   return fusion.mixture_moments(depth, precision, weighting="uniform")
 
 
+def single_member(model, variables: Any, sparse: Array, loss_name: str) -> tuple[Array, Array]:
+  """One model as a predictive of M = 1: (depth, precision), each (1, B, H, W, 1); the NConv confidence itself
+  for a model without a calibrated precision (ranks pixels: AUSE only)."""
+  out = model.apply(variables, sparse, train=False)
+  prec = losses.precision_of(out.confidence, loss_name)
+  return out.depth[None], (out.confidence if prec is None else prec)[None]
+
+
 @functools.lru_cache(maxsize=8)
 def make_members_fn(model, loss_name: str, kind: str) -> Callable:
-  """jit of the per-member predictions: kind 'mc_dropout' (variables, sparse, keys) or 'ensemble' (stacked
-  variables, sparse); returns (depth, precision), each (M, B, H, W, 1)."""
+  """jit of the per-member predictions: kind 'mc_dropout' (variables, sparse, keys), 'ensemble' (stacked
+  variables, sparse) or 'single' (variables, sparse); returns (depth, precision), each (M, B, H, W, 1)."""
   if kind == "mc_dropout":
     return jax.jit(lambda v, x, keys: mc_dropout_members(model, v, x, keys, loss_name))
   if kind == "ensemble":
     return jax.jit(lambda v, x: ensemble_members(model, v, x, loss_name))
-  raise ValueError(f"kind must be 'mc_dropout' or 'ensemble', got {kind!r}")
+  if kind == "single":
+    return jax.jit(lambda v, x: single_member(model, v, x, loss_name))
+  raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
 @functools.lru_cache(maxsize=8)
@@ -79,44 +94,76 @@ def _prefix_fn(ms: tuple[int, ...]) -> Callable:
   return fn
 
 
-def evaluate_prefixes(members_fn: Callable[[Array], tuple[Array, Array]], batches: Iterable[Mapping[str, np.ndarray]],
-                      ms: Sequence[int]) -> dict[int, dict[str, float]]:
-  """Accuracy and uncertainty of the fused prediction of the first M members, for every M of `ms`.
+class PredictiveEvaluator(protocol.Evaluator):
+  """Accuracy and uncertainty of the fused prediction of the first M members or passes, for every M of `ms`, on
+  batches with (B, H, W, 1) `sparse` and `target` [m].
 
-  Args:
-    members_fn: sparse (B, H, W, 1) -> (depth, precision), each (max(ms), B, H, W, 1) (e.g. a `make_members_fn`
-      with its variables bound).
-    batches: dicts with (B, H, W, 1) `sparse` and `target` [m].
+  Settings:
+    loss_name: the members' loss (decides their precision).
+    kind: 'mc_dropout' (M stochastic passes of one model, keys `dropout_keys(seed, max(ms))`), 'ensemble'
+      (stacked variables, leaves (K, ...), K >= max(ms)) or 'single' (one model, ms = (1,)).
     ms: the ensemble sizes / pass counts.
+    seed: the dropout keys' seed (MC-Dropout).
 
-  Returns:
-    {M: {mae, rmse, imae, irmse (KITTI units: mm, 1/km; split means of per-image values), ause_pncnn,
-    ause_shared_max, ause_none [m] (docs/SPEC.md §8.2a), ause_gustafsson, auce, nll, num_images}}.
+  Its result's rows: one per M (named str(M), in order): {mae, rmse, imae, irmse (KITTI units: mm, 1/km; split
+  means of per-image values), ause_pncnn, ause_shared_max, ause_none [m] (docs/SPEC.md §8.2a), ause_gustafsson,
+  auce, nll, num_images}.
   """
-  ms = tuple(sorted(set(int(m) for m in ms)))
-  if not ms or ms[0] < 1:
-    raise ValueError(f"evaluate_prefixes: ms must be positive ints, got {ms}")
-  fn = _prefix_fn(ms)
-  means = {m: metrics_lib.MeanAccumulator() for m in ms}
-  uncs = {m: metrics_lib.UncertaintyAccumulator() for m in ms}
-  num_images = 0
-  for i, batch in enumerate(batches):
-    sparse, target = evaluate.batch_arrays(batch, i)
-    depth, precision = members_fn(jnp.asarray(sparse))
-    if depth.shape[0] < ms[-1]:
-      raise ValueError(f"evaluate_prefixes: {depth.shape[0]} members or passes, fewer than M = {ms[-1]}")
-    out = jax.device_get(fn(depth, precision, jnp.asarray(target)))
-    for m in ms:
+
+  header = "M"
+  step_keys = ("sparse", "target")
+
+  def __init__(self, *, loss_name: str, kind: str, ms: Sequence[int], seed: int = MC_SEED):
+    ms = tuple(sorted(set(int(m) for m in ms)))
+    if not ms or ms[0] < 1:
+      raise ValueError(f"the predictive evaluator: ms must be positive ints, got {ms}")
+    if kind not in KINDS:
+      raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    self.loss_name, self.kind, self.ms, self.seed = loss_name, kind, ms, seed
+
+  def inputs(self, batch, index):
+    sparse, target = evaluate_depth.batch_arrays(batch, index)
+    return {"sparse": sparse, "target": target}
+
+  def step(self, model):
+    fn, fuse = make_members_fn(model, self.loss_name, self.kind), _prefix_fn(self.ms)
+    keys = dropout_keys(self.seed, self.ms[-1]) if self.kind == "mc_dropout" else None
+
+    def step(variables, sparse, target):
+      depth, precision = fn(variables, sparse, keys) if keys is not None else fn(variables, sparse)
+      if depth.shape[0] < self.ms[-1]:
+        raise ValueError(f"the predictive evaluator: {depth.shape[0]} members or passes, fewer than M = "
+                         f"{self.ms[-1]}")
+      return fuse(depth, precision, target)
+
+    return step
+
+  def start(self) -> None:
+    self._means = {m: metrics_lib.MeanAccumulator() for m in self.ms}
+    self._uncs = {m: metrics_lib.UncertaintyAccumulator() for m in self.ms}
+    self._num_images = 0
+
+  def update(self, rows, out, index):
+    for m in self.ms:
       d, c, per_image = out[m]
-      means[m].update(per_image)
-      uncs[m].update(d, target, c)
-    num_images += sparse.shape[0]
-  if num_images == 0:
-    raise ValueError("evaluate_prefixes: the batches gave no images")
-  rows = {}
-  for m in ms:
-    u = uncs[m].result()
-    rows[m] = {**means[m].result(), **{k: u[k] for k in ("ause_pncnn", "ause_shared_max", "ause_none",
-                                                         "ause_gustafsson", "auce", "nll")},
-               "num_images": num_images}
-  return rows
+      self._means[m].update(per_image)
+      self._uncs[m].update(d, rows["target"], c)
+    self._num_images += rows["target"].shape[0]
+
+  def result(self) -> protocol.Result:
+    if self._num_images == 0:
+      raise ValueError("the predictive evaluator: the batches gave no images")
+    rows = {}
+    for m in self.ms:
+      u = self._uncs[m].result()
+      rows[str(m)] = {**self._means[m].result(), **{k: u[k] for k in ("ause_pncnn", "ause_shared_max", "ause_none",
+                                                                      "ause_gustafsson", "auce", "nll")},
+                      "num_images": self._num_images}
+    ms = protocol.get_metric_set("kitti")
+    columns = ("mae", "rmse", "imae", "irmse", "ause_pncnn", "ause_shared_max", "ause_none", "ause_gustafsson",
+               "auce", "nll", "num_images")
+    return protocol.Result(evaluator=self.name, rows=rows, units=ms.units, columns=columns, header=self.header,
+                           report={"kind": self.kind, "ms": list(self.ms)})
+
+
+protocol.register_evaluator("predictive", PredictiveEvaluator)

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from pncnn_jax import from_config
-from pncnn_jax.nn import models
 
 IDENTITY_FIELDS = ("dataset", "variant", "loss", "input_scale")
 # Input units per metre of every pncnn_jax model: the networks take depth in metres, 0 = no measurement (the
@@ -33,8 +32,8 @@ def checkpoint_identity(meta: Mapping[str, Any]) -> dict[str, Any]:
   run_config = meta.get("config") or {}
   dataset = meta.get("dataset") or (run_config.get("data") or {}).get("dataset")
   variant = meta.get("variant")
-  loss = meta.get("loss") or run_config.get("loss") or (models.VARIANTS[variant].loss if variant in models.VARIANTS
-                                                         else None)
+  loss = meta.get("loss") or run_config.get("loss") or (  # else the variant's, of any task (`from_config.VARIANTS`)
+      from_config.VARIANTS[variant][0].loss if variant is not None and variant in from_config.VARIANTS else None)
   return {"dataset": DATASET_ALIASES.get(dataset, dataset), "variant": variant, "loss": loss,
           "input_scale": meta.get("input_scale", INPUT_SCALE)}
 

@@ -8,7 +8,10 @@ Layout. Every member array carries a leading member axis K: stacked variables ha
 outputs are (K, B, H, W, 1) depth mu_k [m] and precision c_k = 1/sigma_k^2 [1/m^2] (`ModelOutput.confidence` of
 pNCNN, docs/SPEC.md §6). Fusion rules are pure jnp functions of those two arrays and return (B, H, W, 1).
 
-The fusion rules are `pncnn_jax.ensemble.fusion` (re-exported here).
+The fusion rules are `pncnn_jax.ensemble.fusion` (re-exported here). The evaluation of an ensemble is two
+evaluators of the protocol (`pncnn_jax.evaluate.protocol`), registered here: 'ensemble' (`EnsembleEvaluator`: every
+member and every fusion rule side by side) and 'ensemble_calibration' (`CalibrationEvaluator`: each member's
+precision scale).
 
 Training (member data streams, the stacked state, the vmapped step) is `pncnn_jax.training.ensemble`.
 """
@@ -27,9 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import data, evaluate, from_config, losses
+from pncnn_jax import data, from_config, losses
 from pncnn_jax import metrics as metrics_lib
-from pncnn_jax.checkpoints import identity as identity_lib
 from pncnn_jax.checkpoints import loader
 from pncnn_jax.ensemble.fusion import (  # noqa: F401
   DEFAULT_MLE_LR,
@@ -50,6 +52,8 @@ from pncnn_jax.ensemble.fusion import (  # noqa: F401
   precision_scales,
   scale_precision,
 )
+from pncnn_jax.evaluate import depth as evaluate_depth
+from pncnn_jax.evaluate import protocol
 from pncnn_jax.nn import models
 
 Array = jax.Array
@@ -101,28 +105,36 @@ def _init_one(model, key: Array, shape: tuple[int, int]) -> PyTree:
 
 
 def load_ensemble(paths: Sequence[str | os.PathLike], step: int | str = "best", *, expect: dict | None = None,
-                  allow_mismatch: bool = False) -> tuple[PyTree, list[dict]]:
+                  allow_mismatch: bool = False, allow_fallback: bool = False) -> tuple[PyTree, list[dict]]:
   """Stacked variables from K single-model checkpoints, or from one ensemble workdir (`pncnn_jax.training.loop`).
 
   Args:
     paths: checkpoints understood by `loader.load` (workdirs, step or model directories, official files). One
       path whose metadata has `ensemble_size` is returned as it is (already stacked).
     step: for workdirs: an int, 'latest' or 'best'.
-    expect, allow_mismatch: the identity every checkpoint must have been trained as (`loader.load`).
+    expect, allow_mismatch, allow_fallback: the identity every checkpoint must have been trained as, and the
+      fallback to a workdir's newest intact step (`loader.load`).
 
   Returns:
     (stacked variables with leaves (K, ...), the list of the checkpoints' metadata).
   """
+  variables, loaded = _load_members(paths, step, expect=expect, allow_mismatch=allow_mismatch,
+                                    allow_fallback=allow_fallback)
+  return variables, [c.meta for c in loaded]
+
+
+def _load_members(paths, step, **kwargs) -> tuple[PyTree, list[loader.Loaded]]:
+  """(stacked variables, every checkpoint's `loader.Loaded`) of `load_ensemble`."""
   paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
   if not paths:
     raise ValueError("load_ensemble: no checkpoint paths given")
-  loaded = [loader.load(p, step=step, expect=expect, allow_mismatch=allow_mismatch) for p in paths]
+  loaded = [loader.load(p, step=step, **kwargs) for p in paths]
   if len(loaded) == 1 and loaded[0].ensemble_size is not None:
-    return loaded[0].variables, [loaded[0].meta]
+    return loaded[0].variables, loaded
   for p, c in zip(paths, loaded):
     if c.ensemble_size is not None:
       raise ValueError(f"load_ensemble: {p} is an ensemble checkpoint; give it alone, not among members")
-  return stack_trees([c.variables for c in loaded]), [c.meta for c in loaded]
+  return stack_trees([c.variables for c in loaded]), loaded
 
 
 def member_map(fn: Callable, method: str = "auto") -> Callable:
@@ -188,16 +200,60 @@ def member_precision(model, variables: PyTree, sparse: Array, loss_name: str) ->
 
 @functools.lru_cache(maxsize=8)
 def _make_calibration_fn(model, loss_name: str):
-  return jax.jit(lambda variables, sparse, target: calibration_sums(
+  """jit(variables, sparse, target) -> (sums (B, K), counts (B,)): `calibration_sums` of each image."""
+  per_image = jax.vmap(lambda d, c, t: calibration_sums(d[:, None], c[:, None], t[None]), in_axes=(1, 1, 0))
+  return jax.jit(lambda variables, sparse, target: per_image(
       *member_precision(model, variables, sparse, loss_name), target))
 
 
-def fit_precision_scales(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
-                         max_batches: int = -1) -> np.ndarray:
-  """Per-member precision scales s_k = N / sum_i c_ki (t_i - mu_ki)^2 fitted on `batches` (`fusion.precision_scales`,
-  the maximum-likelihood scale of each member's Gaussian).
+class CalibrationEvaluator(protocol.Evaluator):
+  """Per-member precision scales s_k = N / sum_i c_ki (t_i - mu_ki)^2 (`fusion.precision_scales`, the
+  maximum-likelihood scale of each member's Gaussian), on batches with (B, H, W, 1) `sparse` and `target` [m].
 
-  Fit them on scenes the evaluation does not use (a validation split), then pass them to `evaluate_ensemble` or
+  Settings: loss_name, the members' training loss. Its result: one row per member ({precision_scale, num_pixels});
+  details: precision_scales, (K,) float64.
+  """
+
+  header = "member"
+  step_keys = ("sparse", "target")
+
+  def __init__(self, *, loss_name: str):
+    self.loss_name = loss_name
+
+  def inputs(self, batch, index):
+    sparse, target = evaluate_depth.batch_arrays(batch, index)
+    return {"sparse": sparse, "target": target}
+
+  def step(self, model):
+    return _make_calibration_fn(model, self.loss_name)
+
+  def start(self) -> None:
+    self._sums, self._count = None, 0
+
+  def update(self, rows, out, index):
+    sums, counts = out
+    batch = np.asarray(sums, np.float64).sum(axis=0)
+    self._sums = batch if self._sums is None else self._sums + batch
+    self._count += int(np.asarray(counts).sum())
+
+  def result(self) -> protocol.Result:
+    if self._sums is None:
+      raise ValueError("ensemble calibration: the batches gave no images")
+    scales = precision_scales(self._sums, self._count)
+    rows = {f"member {k}": {"precision_scale": float(s), "num_pixels": self._count} for k, s in enumerate(scales)}
+    return protocol.Result(evaluator=self.name, rows=rows, units={}, columns=("precision_scale", "num_pixels"),
+                           header=self.header, details={"precision_scales": scales},
+                           report={"precision_scales": scales.tolist()})
+
+
+protocol.register_evaluator("ensemble_calibration", CalibrationEvaluator)
+
+
+def fit_precision_scales(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
+                         max_batches: int = -1, mesh=None) -> np.ndarray:
+  """Per-member precision scales s_k = N / sum_i c_ki (t_i - mu_ki)^2 fitted on `batches` (`CalibrationEvaluator`).
+
+  Fit them on scenes the evaluation does not use (a validation split), then pass them to `EnsembleEvaluator` or
   multiply the members' precisions by them before `fusion.fuse`. Members trained apart can disagree on the scale
   of their precision (one over-confident member then wins most max-confidence picks); s_k < 1 marks a member
   that claims more precision than it earns.
@@ -205,21 +261,14 @@ def fit_precision_scales(model, variables: PyTree, batches: Iterable[Mapping[str
   Args:
     model, variables: the common module and stacked variables, leaves (K, ...).
     batches: dicts with (B, H, W, 1) `sparse` and `target` [m]. loss_name: the members' training loss.
-    max_batches: stop after this many batches (-1: all).
+    max_batches: stop after this many batches (-1: all). mesh: the device mesh (default: all devices).
 
   Returns:
     (K,) float64 scales.
   """
-  fn = _make_calibration_fn(model, loss_name)
-  sums, count = np.zeros(ensemble_size(variables), np.float64), 0
-  for i, batch in enumerate(batches):
-    if 0 <= max_batches <= i:
-      break
-    sparse, target = evaluate.batch_arrays(batch, i)
-    s, n = jax.device_get(fn(variables, sparse, target))
-    sums += np.asarray(s, np.float64)
-    count += int(n)
-  return precision_scales(sums, count)
+  result = CalibrationEvaluator(loss_name=loss_name).run(model, variables, batches, mesh=mesh,
+                                                          max_batches=max_batches)
+  return result.details["precision_scales"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +283,7 @@ class MLEOptions:
 # `member_map` methods an ensemble may train with (config.ensemble.train_member_map): 'unroll' compiles one copy per
 # member, and 'auto' is for inference.
 TRAINING_MEMBER_MAPS = ("vmap", "map")
-CALIBRATED = " (calibrated)"  # suffix of the rows fused from scaled precisions (`evaluate_ensemble(precision_scales=)`)
+CALIBRATED = " (calibrated)"  # suffix of the rows fused from scaled precisions (`EnsembleEvaluator(precision_scales=)`)
 
 
 @functools.lru_cache(maxsize=8)
@@ -271,116 +320,153 @@ def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[s
   return fn
 
 
-def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
-                      metric_set: str = "kitti", rules: Sequence[str] = FUSION_RULES, mle: MLEOptions = MLEOptions(),
-                      max_batches: int = -1, precision_scales: Sequence[float] | None = None
-                      ) -> dict[str, dict[str, float]]:
-  """Evaluates every member and every fusion rule on `batches` (paper Table 3).
+class EnsembleEvaluator(protocol.Evaluator):
+  """Every member and every fusion rule of an ensemble (stacked variables, leaves (K, ...)) side by side (paper
+  Table 3), on batches with (B, H, W, 1) `sparse` and `target` [m].
 
   Error metrics are split means of per-image values (docs/SPEC.md §7.3); AUSE (both definitions, docs/SPEC.md
   §8.2, §8.3), AUCE and NLL pool all valid pixels of the split. Members are ranked by their own precision; fused
   rows by the fused precision 1 / `fused_variance` (uniform mixture for 'mean', confidence-weighted for the other
-  rules).
-  AUCE and NLL are None for models trained without a probabilistic loss.
+  rules). AUCE and NLL are None for models trained without a probabilistic loss.
 
-  Args:
-    model: the common Flax module; variables: stacked, leaves (K, ...).
-    batches: dicts with (B, H, W, 1) `sparse` and `target` [m] (e.g. `pncnn_jax.data.make_iterator`).
+  Settings:
     loss_name: the members' training loss (decides their precision, `losses.precision_of`).
     metric_set: 'kitti' or 'nyu'. rules: fusion rules to report. mle: `fuse_mle` settings.
-    max_batches: stop after this many batches (-1: all).
-    precision_scales: (K,) factors on the members' precisions (calibrated fusion: `fit_precision_scales` on other
-      scenes). Given, every row comes again with the suffix `CALIBRATED`, computed from the scaled precisions:
-      they change the rules that weigh or pick members and every NLL / AUCE, never a member's depth (nor
-      its AUSE, a ranking, but for the float32 rounding of near-ties).
+    precision_scales: (K,) factors on the members' precisions (calibrated fusion). Given, every row comes again
+      with the suffix `CALIBRATED`, computed from the scaled precisions: they change the rules that weigh or pick
+      members and every NLL / AUCE, never a member's depth (nor its AUSE, a ranking, but for the float32 rounding
+      of near-ties).
+    calibration: (split name, batches()) to fit the scales on first (`fit_precision_scales`) when
+      `precision_scales` is None (config.ensemble.calibration_split).
 
-  Returns:
-    {row name: flat dict of metrics}, rows 'member 0', ..., then the rules in order (then the calibrated rows,
-    in the same order); print it with
-    `pncnn_jax.evaluate.format_table(rows, metric_set, header="member / fusion")`.
+  Its result's rows: 'member 0', ..., then the rules in order (then the calibrated rows, in the same order), each
+  {metrics, ause_pncnn, ause_gustafsson, auce, nll, num_images}; details: precision_scales ((K,) or None).
   """
-  fn = make_ensemble_eval_fn(model, loss_name, metric_set, tuple(rules), mle, precision_scales is not None)
-  k = ensemble_size(variables)
-  scales = np.ones(k, np.float32) if precision_scales is None else np.asarray(precision_scales, np.float32)
-  if scales.shape != (k,) or not np.all(np.isfinite(scales) & (scales > 0)):
-    raise ValueError(f"evaluate_ensemble: precision_scales must be {k} finite values > 0 (one per member), got "
-                     f"{np.asarray(precision_scales).tolist()}")
-  probabilistic = loss_name in losses.PROBABILISTIC_LOSSES
-  means: dict[str, metrics_lib.MeanAccumulator] = {}
-  uncs: dict[str, metrics_lib.UncertaintyAccumulator] = {}
-  names = [f"member {m}" for m in range(k)] + list(rules)
-  if precision_scales is not None:
-    names += [n + CALIBRATED for n in names]
-  num_images = 0
-  for i, batch in enumerate(batches):
-    if 0 <= max_batches <= i:
-      break
-    sparse, target = evaluate.batch_arrays(batch, i)
-    out = jax.device_get(fn(variables, sparse, target, scales))
-    for name in names:
+
+  header = "member / fusion"
+  step_keys = ("sparse", "target")
+
+  def __init__(self, *, loss_name: str, metric_set: str = "kitti", rules: Sequence[str] = FUSION_RULES,
+               mle: MLEOptions = MLEOptions(), precision_scales: Sequence[float] | None = None,
+               calibration: tuple[str, Callable[[], Iterable[Mapping[str, np.ndarray]]]] | None = None):
+    self.loss_name, self.metric_set, self.rules, self.mle = loss_name, metric_set, tuple(rules), mle
+    self.precision_scales, self.calibration = precision_scales, calibration
+    self._scales: np.ndarray | None = None
+    self._k = 0
+
+  @classmethod
+  def from_config(cls, config, **settings) -> EnsembleEvaluator:
+    """The rules, MLE settings and calibration split of `config.ensemble` (configs/ensemble_synthetic.py)."""
+    e = config.ensemble
+    split = e.get("calibration_split", "")
+    calibration = None
+    if split:  # calibrated fusion: per-member precision scales fitted on another split
+      per_host = max(1, config.eval_batch_size // jax.process_count())
+      stream = {**from_config.data_config(config, "eval", batch_size=per_host, num_epochs=1), "split": split}
+      calibration = (split, lambda: data.make_iterator(stream))
+    return cls(**{"loss_name": from_config.variant_loss(config), "metric_set": config.metrics,
+                  "rules": tuple(e.rules),
+                  "mle": MLEOptions(float(e.mle_variance), int(e.mle_steps), float(e.mle_learning_rate)),
+                  "calibration": calibration, **settings})
+
+  def load(self, config, checkpoint, *, workdir=None, expect=None, allow_mismatch=False, allow_fallback=False,
+           against="--config") -> protocol.LoadedModel:
+    """The members named by `checkpoint` (K checkpoints separated by commas, shipped names 'synthetic:<name>'
+    included), or 'best' / 'latest' (an int, a path) of one ensemble run, through `loader.load`; the settings of
+    `protocol.WEIGHT_SETTINGS` from the members (all alike, else a ValueError)."""
+    members = [c.strip() for c in checkpoint.split(",") if c.strip()]
+    if len(members) == 1 and members[0] in ("best", "latest"):
+      if not workdir:
+        raise ValueError(f"--checkpoint={checkpoint} needs --workdir (the ensemble's training run)")
+      paths, step = [workdir], members[0]
+    else:
+      paths, step = members, "best"
+    variables, loaded = _load_members(paths, step, expect=dict(expect or {}), allow_mismatch=allow_mismatch,
+                                      against=against, allow_fallback=allow_fallback)
+    settings = {}
+    for key in protocol.WEIGHT_SETTINGS:
+      values = {repr(c.model_settings[key]) for c in loaded if key in c.model_settings}
+      if len(values) > 1:
+        raise ValueError(f"the members {members} were trained with and without model.{key}: not one model"
+                         if key == "mask_input_confidence" else
+                         f"the members {members} have different model.{key}: not one model")
+      if values:
+        settings[key] = next(c.model_settings[key] for c in loaded if key in c.model_settings)
+    return protocol.LoadedModel(protocol.model_for(config, settings), variables, loaded[0].meta, loaded[0].identity)
+
+  def prepare(self, model, variables, mesh) -> None:
+    """The ensemble's size, and its precision scales: given, or fitted on the calibration split first."""
+    k = ensemble_size(variables)
+    scales = self.precision_scales
+    if scales is None and self.calibration is not None:
+      split, calibration_batches = self.calibration
+      scales = fit_precision_scales(model, variables, calibration_batches(), loss_name=self.loss_name, mesh=mesh)
+      print(f"precision scales fitted on split {split!r}: " + ", ".join(f"{s:.3g}" for s in scales), flush=True)
+    if scales is not None:
+      arr = np.asarray(scales, np.float32)
+      if arr.shape != (k,) or not np.all(np.isfinite(arr) & (arr > 0)):
+        raise ValueError(f"evaluate_ensemble: precision_scales must be {k} finite values > 0 (one per member), got "
+                         f"{np.asarray(scales).tolist()}")
+    self._k, self._scales = k, None if scales is None else np.asarray(scales)
+
+  def inputs(self, batch, index):
+    sparse, target = evaluate_depth.batch_arrays(batch, index)
+    return {"sparse": sparse, "target": target}
+
+  def step(self, model):
+    fn = make_ensemble_eval_fn(model, self.loss_name, self.metric_set, self.rules, self.mle, self._scales is not None)
+    scales = np.ones(self._k, np.float32) if self._scales is None else self._scales.astype(np.float32)
+    return lambda variables, sparse, target: fn(variables, sparse, target, scales)
+
+  def start(self) -> None:
+    self._names = [f"member {m}" for m in range(self._k)] + list(self.rules)
+    if self._scales is not None:
+      self._names += [n + CALIBRATED for n in self._names]
+    self._means = {n: metrics_lib.MeanAccumulator() for n in self._names}
+    self._uncs = {n: metrics_lib.UncertaintyAccumulator() for n in self._names}
+    self._num_images = 0
+
+  def update(self, rows, out, index):
+    for name in self._names:
       d, c, per_image = out[name]
-      means.setdefault(name, metrics_lib.MeanAccumulator()).update(per_image)
-      uncs.setdefault(name, metrics_lib.UncertaintyAccumulator()).update(d, target, c)
-    num_images += sparse.shape[0]
-  if num_images == 0:
-    raise ValueError("evaluate_ensemble: the batches gave no images")
-  rows = {}
-  for name in names:
-    u = uncs[name].result()
-    rows[name] = {**means[name].result(), "ause_pncnn": u["ause_pncnn"], "ause_gustafsson": u["ause_gustafsson"],
-                  "auce": u["auce"] if probabilistic else None, "nll": u["nll"] if probabilistic else None,
-                  "num_images": num_images}
-  return rows
+      self._means[name].update(per_image)
+      self._uncs[name].update(d, rows["target"], c)
+    self._num_images += rows["target"].shape[0]
+
+  def result(self) -> protocol.Result:
+    if self._num_images == 0:
+      raise ValueError("evaluate_ensemble: the batches gave no images")
+    probabilistic = self.loss_name in losses.PROBABILISTIC_LOSSES
+    rows = {}
+    for name in self._names:
+      u = self._uncs[name].result()
+      rows[name] = {**self._means[name].result(), "ause_pncnn": u["ause_pncnn"],
+                    "ause_gustafsson": u["ause_gustafsson"], "auce": u["auce"] if probabilistic else None,
+                    "nll": u["nll"] if probabilistic else None, "num_images": self._num_images}
+    ms = protocol.get_metric_set(self.metric_set)
+    scales = None if self._scales is None else self._scales.tolist()
+    return protocol.Result(evaluator=self.name, rows=rows, units=ms.units, columns=ms.columns, header=self.header,
+                           details={"precision_scales": self._scales},
+                           report={"metric_set": self.metric_set, "precision_scales": scales})
+
+
+protocol.register_evaluator("ensemble", EnsembleEvaluator)
+
+
+def evaluate_ensemble(model, variables: PyTree, batches: Iterable[Mapping[str, np.ndarray]], *, loss_name: str,
+                      metric_set: str = "kitti", rules: Sequence[str] = FUSION_RULES, mle: MLEOptions = MLEOptions(),
+                      max_batches: int = -1, precision_scales: Sequence[float] | None = None
+                      ) -> dict[str, dict[str, float]]:
+  """`EnsembleEvaluator(...).run(model, variables, batches).rows`: every member and every fusion rule on `batches`
+  (paper Table 3), in one call; print them with
+  `pncnn_jax.evaluate.format_table(rows, metric_set, header="member / fusion")`."""
+  evaluator = EnsembleEvaluator(loss_name=loss_name, metric_set=metric_set, rules=rules, mle=mle,
+                                precision_scales=precision_scales)
+  return evaluator.run(model, variables, batches, max_batches=max_batches).rows
 
 
 def write_ensemble_eval(rows: dict[str, dict[str, float]], out_dir: pathlib.Path, metric_set: str) -> None:
-  """<out_dir>/ensemble_eval.json (the rows' numbers) and ensemble_eval.md (`evaluate.format_table`)."""
+  """<out_dir>/ensemble_eval.json (the rows' numbers) and ensemble_eval.md (`protocol.format_table`)."""
   out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / "ensemble_eval.json").write_text(json.dumps(rows, indent=2) + "\n")
-  (out_dir / "ensemble_eval.md").write_text(evaluate.format_table(rows, metric_set, header="member / fusion") + "\n")
-
-
-def evaluate_ensemble_config(config, variables_or_path: PyTree | str | os.PathLike | Sequence[str],
-                             step: int | str = "latest", *, allow_mismatch: bool = False
-                             ) -> dict[str, dict[str, float]]:
-  """What eval.py runs for an ensemble config: the eval split of `config`, every member and every rule.
-
-  Args:
-    config: an ensemble config (configs/ensemble_synthetic.py).
-    variables_or_path: stacked variables, an ensemble workdir, or a list of K single-model checkpoints (shipped
-      names 'synthetic:<name>' included; `model.mask_input_confidence` is taken from them, as for one model).
-    step: for workdirs: an int, 'latest' or 'best'.
-    allow_mismatch: use checkpoints trained as something else than `config` says (`config.identity`: dataset,
-      variant, loss, input scaling) with a warning; refused otherwise (`config.IdentityMismatchError`).
-
-  With `config.ensemble.calibration_split` set, the members' precision scales are first fitted on that split
-  (`fit_precision_scales`, evaluation crops) and the table gets the calibrated rows too (`evaluate_ensemble`).
-  """
-  settings = from_config.model_settings(config)
-  if isinstance(variables_or_path, (str, os.PathLike)) or (
-      isinstance(variables_or_path, Sequence) and not isinstance(variables_or_path, Mapping)):
-    variables, metas = load_ensemble(variables_or_path, step=step, expect=identity_lib.identity(config),
-                                     allow_mismatch=allow_mismatch)
-    masks = {from_config.model_settings(m.get("config") or {}).get("mask_input_confidence") for m in metas} - {None}
-    if len(masks) > 1:
-      raise ValueError(f"the members {list(variables_or_path)} were trained with and without "
-                       "model.mask_input_confidence: not one model")
-    if masks:  # part of what the weights were trained as: taken from them, as eval.py does for one model
-      settings["mask_input_confidence"] = masks.pop()
-  else:
-    variables = {k: v for k, v in variables_or_path.items() if k in ("params", "batch_stats")}
-  e = config.ensemble
-  eval_data = from_config.data_config(config, "eval", batch_size=max(1, config.eval_batch_size), num_epochs=1)
-  model = from_config.build_model({"variant": config.variant, "model": settings})
-  loss_name = from_config.variant_loss(config)
-  scales = None
-  split = e.get("calibration_split", "")
-  if split:  # calibrated fusion: per-member precision scales fitted on another split
-    scales = fit_precision_scales(model, variables, data.make_iterator({**eval_data, "split": split}),
-                                  loss_name=loss_name)
-    print(f"precision scales fitted on split {split!r}: " + ", ".join(f"{s:.3g}" for s in scales), flush=True)
-  return evaluate_ensemble(model, variables, data.make_iterator(eval_data), loss_name=loss_name,
-                           metric_set=config.metrics, rules=tuple(e.rules),
-                           mle=MLEOptions(float(e.mle_variance), int(e.mle_steps), float(e.mle_learning_rate)),
-                           max_batches=config.num_eval_batches, precision_scales=scales)
-
+  (out_dir / "ensemble_eval.md").write_text(protocol.format_table(rows, metric_set, header="member / fusion") + "\n")

@@ -2,22 +2,23 @@
 
 `python -m pncnn_jax.experiments.reproduce --scale long --only s2d_mcdropout,s2d_ensemble8` trains the baselines of
 `pncnn_jax.experiments.runs.BASELINES` (first the three short learning-rate sweep runs, whose best validation RMSE
-fixes the baselines' learning rate, `runs.baseline_learning_rate`), evaluates them here and writes
-docs/results/RESULTS_BASELINES.md (`pncnn_jax.experiments.pages.baselines`). Every step resumes and caches its result in
-`<workdir>/eval/`.
+fixes the baselines' learning rate, `runs.baseline_learning_rate`), evaluates them here (`table`, the task's run table
+for the research wing's one runner, `pncnn_jax.experiments.runner.evaluate_all`) and writes
+docs/results/RESULTS_BASELINES.md (`pncnn_jax.experiments.pages.baselines`). Every step resumes and caches its result
+in `<workdir>/eval/`.
 
 What it measures, on the held-out test scenes of the recipe (those of the pNCNN runs):
   MC-Dropout   s2d_mcdropout with M = 1, 2, 4, 8, 16, 32 stochastic passes (one vmapped call of 32 per frame; M
-               uses the first M, `baselines.predictive.evaluate_prefixes`)
+               uses the first M: the 'predictive' evaluator, `baselines.predictive.PredictiveEvaluator`)
   ensembles    the first M = 1, 2, 4, 8 of the member runs s2d_seed0..7 (`--only s2d_ensemble8` names them all);
                with fewer finished, the sizes they allow
   pNCNN family the official pNCNN, pNCNN-Exp, the recommended shipped pNCNN and NCNN-Conf-L1: this workdir's runs
                when finished, else their shipped weights when those were trained at this scale
-with one evaluation code for all of them: MAE, RMSE [mm], AUSE under the three normalisations of
-`uncertainty.ause` (the tables and the figure report pNCNN's, named), AUCE, NLL. The cost of each configuration
-(`measure_costs`): parameters, forward passes per frame, the time of one frame (352x1216 at the long scale) and the
-planned peak memory of its compiled program (XLA's memory analysis: arguments + outputs + temporaries), on this
-machine in one process, as ratios to pNCNN's.
+with one evaluator for all of them (the 'predictive' one, M = 1 for a pNCNN): MAE, RMSE [mm], AUSE under the three
+normalisations of `uncertainty.ause` (the tables and the figure report pNCNN's, named), AUCE, NLL. The cost of each
+configuration (`measure_costs`): parameters, forward passes per frame, the time of one frame (352x1216 at the long
+scale) and the planned peak memory of its compiled program (XLA's memory analysis: arguments + outputs +
+temporaries), on this machine in one process, as ratios to pNCNN's.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ from pncnn_jax.baselines import model as baselines_model
 from pncnn_jax.baselines import predictive
 from pncnn_jax.checkpoints import loader
 from pncnn_jax.ensemble import members as ensemble_members
-from pncnn_jax.experiments import evaluate_runs
+from pncnn_jax.experiments import evaluate_runs, runner
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.nn import models
 
 # The pNCNN family's points: (run name, label). The recommended model is pncnn_jax.inference.completer.RECOMMENDED.
 FAMILY = (("pncnn", "pNCNN (official network)"), ("pncnn_exp", "pNCNN-Exp"),
           ("sparse_var_beta_detach_masked", "recommended shipped pNCNN"), ("ncnn_conf_l1", "NCNN-Conf-L1"))
-MC_SEED = 0  # the dropout keys of the MC-Dropout evaluation: predictive.dropout_keys(MC_SEED, 32)
+MC_SEED = predictive.MC_SEED  # the dropout keys of the MC-Dropout evaluation: predictive.dropout_keys(MC_SEED, 32)
 TIMING_FRAMES = {"long": (352, 1216), "longer": (352, 1216), "cpu": (352, 1216)}  # else the scale's eval crop
 TIMING_REPEATS = 3  # the median of this many calls after the compiling one
 # The claims' thresholds, fixed before any baseline result was seen.
@@ -57,22 +58,16 @@ def timing_frame(scale: str) -> tuple[int, int]:
   return TIMING_FRAMES.get(scale, tuple(runs_lib.SCALES[scale]["eval_crop"]))
 
 
-def _prefix_rows(rows: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
-  return {str(m): r for m, r in rows.items()}
-
-
 def evaluate_mc_dropout(workdir: pathlib.Path, scale: str, cache_dir: str) -> dict[str, Any]:
   """s2d_mcdropout on the test scenes for every M of `predictive.MC_DROPOUT_M` (one frame per call)."""
   run = runs_lib.BASELINE_MC
   loaded = loader.load(runs_lib.run_dir(workdir, run), step="latest", variant=run.variant)
   config = runs_lib.run_config(run, scale)
-  model, loss = from_config.build_model(config), from_config.variant_loss(config)
-  keys = predictive.dropout_keys(MC_SEED, max(predictive.MC_DROPOUT_M))
-  fn = predictive.make_members_fn(model, loss, "mc_dropout")
-  rows = predictive.evaluate_prefixes(lambda x: fn(loaded.variables, x, keys),
-                                      evaluate_runs.heldout_batches(scale, cache_dir, batch_size=1),
-                                      predictive.MC_DROPOUT_M)
-  return {"name": run.name, "rows": _prefix_rows(rows), "step": loaded.meta.get("step"),
+  evaluator = predictive.PredictiveEvaluator(loss_name=from_config.variant_loss(config), kind="mc_dropout",
+                                             ms=predictive.MC_DROPOUT_M, seed=MC_SEED)
+  result = evaluator.run(from_config.build_model(config), loaded.variables,
+                         evaluate_runs.heldout_batches(scale, cache_dir, batch_size=1))
+  return {"name": run.name, "rows": result.rows, "step": loaded.meta.get("step"),
           "params": models.count_params(loaded.variables["params"]), "learning_rate": loaded.meta.get(
               "config", {}).get("learning_rate"), **_train_time(workdir, run)}
 
@@ -97,13 +92,12 @@ def evaluate_ensembles(workdir: pathlib.Path, scale: str, cache_dir: str) -> dic
   members = members[:ms[-1]]
   variables, metas = ensemble_members.load_ensemble([runs_lib.run_dir(workdir, r) for r in members], step="latest")
   config = runs_lib.run_config(members[0], scale)
-  model, loss = from_config.build_model(config), from_config.variant_loss(config)
-  fn = predictive.make_members_fn(model, loss, "ensemble")
-  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), evaluate_runs.heldout_batches(scale, cache_dir, 2),
-                                      ms)
+  evaluator = predictive.PredictiveEvaluator(loss_name=from_config.variant_loss(config), kind="ensemble", ms=ms)
+  rows = evaluator.run(from_config.build_model(config), variables,
+                       evaluate_runs.heldout_batches(scale, cache_dir, 2)).rows
   per_member = models.count_params(jax.tree.map(lambda a: a[0], variables["params"]))
   walls = [_train_time(workdir, r)["train_wall_s"] for r in members]
-  return {"name": runs_lib.BASELINE_ENSEMBLE, "members": [r.name for r in members], "rows": _prefix_rows(rows),
+  return {"name": runs_lib.BASELINE_ENSEMBLE, "members": [r.name for r in members], "rows": rows,
           "step": metas[0].get("step"), "params": per_member,
           "learning_rate": metas[0].get("config", {}).get("learning_rate"),
           "train_wall_s": sum(walls) if all(w is not None for w in walls) else None}
@@ -138,15 +132,8 @@ def evaluate_family(workdir: pathlib.Path, scale: str, cache_dir: str, name: str
     return None
   where, config, variables, meta = src
   model, loss = from_config.build_model(config), from_config.variant_loss(config)
-
-  @jax.jit
-  def fn(v, x):
-    out = model.apply(v, x, train=False)
-    prec = losses.precision_of(out.confidence, loss)
-    return out.depth[None], (out.confidence if prec is None else prec)[None]
-
-  rows = predictive.evaluate_prefixes(lambda x: fn(variables, x), evaluate_runs.heldout_batches(scale, cache_dir), (1,))
-  row = rows[1]
+  evaluator = predictive.PredictiveEvaluator(loss_name=loss, kind="single", ms=(1,))
+  row = evaluator.run(model, variables, evaluate_runs.heldout_batches(scale, cache_dir)).rows["1"]
   if not losses.is_probabilistic(loss):  # ranked by its NConv confidence: AUSE only
     row = {**row, "auce": None, "nll": None}
   return {"name": name, "source": where, "variant": config["variant"], "step": meta.get("step"), "row": row,
@@ -203,52 +190,53 @@ def measure_costs(frame: tuple[int, int]) -> dict[str, Any]:
 # All of it
 
 
-def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> dict[str, Any]:
-  """Evaluates the finished baseline runs, the available pNCNN-family models and the costs (each cached in
-  <workdir>/eval/ until its run changes; with evaluate=False only the cached results are read).
-
-  Returns the summary `pncnn_jax.experiments.pages.baselines.write` turns into the page; `missing` names what is not
-  measured (runs not finished, family models not available)."""
+def table(workdir: pathlib.Path, scale: str) -> runner.Table:
+  """The baselines' run table (`runner.Table`): the finished baseline runs, the available pNCNN-family models and
+  the costs, each cached in <workdir>/eval/ until its run changes. The summary is what
+  `pncnn_jax.experiments.pages.baselines.write` turns into the page; `missing` names what is not measured (runs not
+  finished, family models not available)."""
   cache_dir = runs_lib.build_caches(workdir, scale)
-  (workdir / "eval").mkdir(parents=True, exist_ok=True)
-  out: dict[str, Any] = {"scale": scale, "recipe": runs_lib.SCALES[scale], "baselines": {}, "family": {},
-                         "missing": [], "commit": evaluate_runs._git_commit(), "date": time.strftime("%Y-%m-%d"),
-                         "scenes": f"{runs_lib.SCALES[scale]['test_scenes']} held-out test scenes"}
-
-  def get(path: pathlib.Path, fresh_after: float, compute):
-    if evaluate:
-      return evaluate_runs.cached(path, fresh_after, compute)
-    return json.loads(path.read_text()) if path.exists() else None
-
   members = finished_members(workdir, scale)
-  out["missing"] += [r.name for r in runs_lib.BASELINE_MEMBERS[len(members):]]
+  missing = [r.name for r in runs_lib.BASELINE_MEMBERS[len(members):]]
+  entries, baselines = [], []  # baselines: (name, key, finished)
   for runs, name, key, compute in (([runs_lib.BASELINE_MC], runs_lib.BASELINE_MC.name, "mc_dropout",
                                     evaluate_mc_dropout),
                                    (members, runs_lib.BASELINE_ENSEMBLE, "ensemble", evaluate_ensembles)):
-    if not runs or not runs_lib.finished(workdir, runs[0], scale):
-      out["missing"].append(name)
+    done = bool(runs) and runs_lib.finished(workdir, runs[0], scale)
+    baselines.append((name, key, done))
+    if not done:
       continue
-    value = get(workdir / "eval" / f"{name}.json", max(evaluate_runs._last_checkpoint_time(workdir, r) for r in runs),
-                lambda compute=compute: compute(workdir, scale, cache_dir))
-    if value is None:
-      out["missing"].append(name)
-    else:
-      out["baselines"][key] = value
-  for name, label in FAMILY:
-    run = runs_lib.RUNS_BY_NAME[name]
-    value = get(workdir / "eval" / f"family_{name}.json", evaluate_runs._last_checkpoint_time(workdir, run),
-                lambda name=name: evaluate_family(workdir, scale, cache_dir, name) or {"unavailable": True})
-    if value is None or value.get("unavailable"):
-      out["missing"].append(name)
-    else:
-      out["family"][name] = {**value, "label": label}
+    entries.append(runner.Entry(name, lambda compute=compute: compute(workdir, scale, cache_dir),
+                                max(evaluate_runs._last_checkpoint_time(workdir, r) for r in runs)))
+  for name, _ in FAMILY:
+    entries.append(runner.Entry(
+        f"family_{name}", lambda name=name: evaluate_family(workdir, scale, cache_dir, name) or {"unavailable": True},
+        evaluate_runs._last_checkpoint_time(workdir, runs_lib.RUNS_BY_NAME[name])))
   frame = timing_frame(scale)
-  path = workdir / "eval" / f"baseline_costs_{frame[0]}x{frame[1]}.json"
-  costs = get(path, 0.0, lambda: measure_costs(frame))
-  out["costs"] = costs
-  sweep = workdir / runs_lib.BASELINE_LR_FILE
-  out["learning_rate"] = json.loads(sweep.read_text()) if sweep.exists() else None
-  return out
+  costs = f"baseline_costs_{frame[0]}x{frame[1]}"
+  entries.append(runner.Entry(costs, lambda: measure_costs(frame)))
+
+  def summarise(values: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    out: dict[str, Any] = {"scale": scale, "recipe": runs_lib.SCALES[scale], "baselines": {}, "family": {},
+                           "missing": list(missing), "commit": runner.git_commit(), "date": time.strftime("%Y-%m-%d"),
+                           "scenes": f"{runs_lib.SCALES[scale]['test_scenes']} held-out test scenes"}
+    for name, key, done in baselines:
+      if not done or values[name] is None:
+        out["missing"].append(name)
+      else:
+        out["baselines"][key] = values[name]
+    for name, label in FAMILY:
+      value = values[f"family_{name}"]
+      if value is None or value.get("unavailable"):
+        out["missing"].append(name)
+      else:
+        out["family"][name] = {**value, "label": label}
+    out["costs"] = values[costs]
+    sweep = workdir / runs_lib.BASELINE_LR_FILE
+    out["learning_rate"] = json.loads(sweep.read_text()) if sweep.exists() else None
+    return out
+
+  return runner.Table(entries, summarise)
 
 
 # ----------------------------------------------------------------------------------------------------------------

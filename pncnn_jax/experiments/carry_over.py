@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pncnn_jax import pretrained
-from pncnn_jax.experiments import evaluate_runs, runs
+from pncnn_jax.experiments import evaluate_runs, runner, runs
 
 
 def shipped_files(name: str, scale: str, row: dict[str, Any],
@@ -60,9 +60,7 @@ def _copied(row: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
 
 def _here(path: pathlib.Path, fresh_after: float, compute, evaluate: bool, require=()) -> dict[str, Any] | None:
   """What this workdir measures at `path` (evaluate) or measured there before (report only); None if neither."""
-  if evaluate:
-    return evaluate_runs.cached(path, fresh_after, compute, require)
-  return json.loads(path.read_text()) if path.exists() else None
+  return runner.read_or_measure(path, fresh_after, compute, evaluate=evaluate, require=require)
 
 
 def read_carry(path: pathlib.Path, scale: str) -> dict[str, Any]:
@@ -96,9 +94,9 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
   shipped: dict[str, tuple[pathlib.Path, pathlib.Path]] = {}
   for name in [n for n in prior["runs"] if n in runs.RUNS_BY_NAME and n not in evals]:
     e = prior["runs"][name]
-    if e.get("eval_version") != evaluate_runs.EVAL_VERSION:
+    if e.get("eval_version") != runner.EVAL_VERSION:
       print(f"[{name}] not carried from the earlier results: evaluated by version {e.get('eval_version')}, "
-            f"today's is {evaluate_runs.EVAL_VERSION}", flush=True)
+            f"today's is {runner.EVAL_VERSION}", flush=True)
       continue
     files = shipped_files(name, scale, e)
     compute = lambda run=runs.RUNS_BY_NAME[name], files=files, e=e: _remeasure(  # noqa: E731
@@ -115,7 +113,7 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
     if row is not None:
       evals["ncnn_oracle_c0"] = row
   if ("ncnn_oracle_c0" not in evals and ("ncnn" in shipped or "carried_from" in evals.get("ncnn", {})) and oracle
-      and oracle.get("eval_version") == evaluate_runs.EVAL_VERSION):
+      and oracle.get("eval_version") == runner.EVAL_VERSION):
     evals["ncnn_oracle_c0"] = _copied(oracle, source)
   if fusion is None and not any(runs.finished(workdir, runs.RUNS_BY_NAME[n], scale) for n in runs.ENSEMBLE):
     if all(n in shipped for n in runs.ENSEMBLE):
@@ -123,14 +121,15 @@ def _add(evals: dict[str, Any], fusion: dict[str, Any] | None, prior: dict[str, 
                      lambda: {**evaluate_runs.evaluate_fusion(workdir, scale, cache_dir, shipped),
                               "weights_from": SHIPPED},
                      evaluate, evaluate_runs.FUSION_KEYS)
-    if fusion is None and prior.get("fusion") and prior["fusion"].get("eval_version") == evaluate_runs.EVAL_VERSION:
+    if fusion is None and prior.get("fusion") and prior["fusion"].get("eval_version") == runner.EVAL_VERSION:
       fusion = _copied(prior["fusion"], source)
   return fusion
 
 
 def add(summary: dict[str, Any], prior: dict[str, Any], workdir: pathlib.Path, scale: str, *,
         evaluate: bool = True) -> dict[str, Any]:
-  """`summary` (results.evaluate_all) with the runs of `prior` (read_carry) that this workdir has not finished."""
+  """`summary` (`runner.evaluate_all` of `evaluate_runs.table`) with the runs of `prior` (read_carry) that this
+  workdir has not finished."""
   cache_dir = runs.build_caches(workdir, scale)  # rendered already by evaluate_all: returns at once
   evals = dict(summary["runs"])
   fusion = _add(evals, summary["fusion"], prior, workdir, scale, cache_dir, evaluate)

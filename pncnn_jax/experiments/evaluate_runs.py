@@ -1,9 +1,11 @@
 """Evaluation of the reproduction runs on held-out scenes, the paper's claims, docs/results/RESULTS.md and its JSON.
 
-Called by `python -m pncnn_jax.experiments.reproduce` (stages 'evaluate' and 'report'). Every finished run of
-`runs_lib.RUNS` is evaluated once on the synthetic 'test' split (scene seeds that training and validation never
-see) and the result cached in `<workdir>/eval/<name>.json`; the report is then written from those files, so it
-can be regenerated without evaluating again.
+Called by `python -m pncnn_jax.experiments.reproduce` (stages 'evaluate' and 'report'): `table(workdir, scale)` is
+the depth task's run table for the research wing's one runner (`pncnn_jax.experiments.runner.evaluate_all`). Every
+finished run of `runs_lib.RUNS` is evaluated once on the synthetic 'test' split (scene seeds that training and
+validation never see) by the 'depth' evaluator (the ensemble by 'ensemble', `pncnn_jax.evaluate.protocol`) and the
+result cached in `<workdir>/eval/<name>.json`; the report is then written from those files, so it can be
+regenerated without evaluating again.
 
 Per run it measures:
   accuracy     MAE, RMSE [mm], iMAE, iRMSE [1/km] (per-image means, KITTI conventions, pncnn_jax.metrics)
@@ -20,16 +22,17 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import time
 from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from pncnn_jax import data, evaluate, from_config, pretrained, uncertainty
+from pncnn_jax import data, from_config, pretrained, uncertainty
 from pncnn_jax.checkpoints import loader
+from pncnn_jax.ensemble import members as ensemble_members
+from pncnn_jax.evaluate import depth as evaluate_depth
+from pncnn_jax.experiments import runner
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.nn import models
 
@@ -38,10 +41,6 @@ AUROC_AIM = 0.8  # (b): AUROC of low c0 for disturbed points, over all points an
 C0_RATIO_MAX = 0.5  # (b): mean c0 on disturbed points at most half the mean on clean points
 AUSE_RATIO_MAX = 0.5  # (c): pNCNN AUSE at most half of NCNN-Conf's (the paper: 0.05 vs 0.31)
 ACCURACY_TOLERANCE = 0.10  # (d): pNCNN MAE and RMSE within 10 % of NCNN-Conf-L1's (the paper: ~10 %)
-# convergence: best val RMSE moved < 2 % in the last 30 % of the phase before the lr drop
-FLAT_TOLERANCE = 0.02
-EVAL_VERSION = 2  # bump when what an evaluation measures changes: cached evaluations of another version are redone
-# (A measurement added beside the others, which the report shows only where present, needs no bump.)
 HIST_BINS = np.linspace(-6.0, 3.0, 46)  # log10(c0) histogram edges
 
 
@@ -87,7 +86,7 @@ def check_metrics(config, variables, cache_dir: str = "") -> dict[str, float]:
   d = config.data
   batches = scene_batches((d.eval_crop_height, d.eval_crop_width), CHECK_SCENES, split="val", cache_dir=cache_dir,
                           batch_size=CHECK_SCENES)
-  res = evaluate.run_evaluation(model, variables, batches, loss_name=from_config.variant_loss(config))
+  res = evaluate_depth.run_evaluation(model, variables, batches, loss_name=from_config.variant_loss(config))
   return {**res.metrics, **{k: v for k, v in res.uncertainty.items() if v is not None},
           **({"auroc_disturbed": res.auroc_disturbed} if res.auroc_disturbed is not None else {})}
 
@@ -110,16 +109,14 @@ def load_run(workdir: pathlib.Path, run: runs_lib.Run, scale: str,
   return config, from_config.build_model(config), variables, meta
 
 
-def c0_statistics(model, variables, batches) -> dict[str, Any]:
-  """AUROC of -c0 for `disturbed` (all input points; within input-depth deciles), mean c0 per class, histograms."""
-  fn = jax.jit(lambda v, x: model.apply(v, x).input_confidence)
-  c0s, labels, depths, empty_sum, empty_n = [], [], [], 0.0, 0
-  for batch in batches:
-    c0 = np.asarray(fn(variables, jnp.asarray(batch["sparse"])))
-    pts = batch["sparse"] > 0
-    c0s.append(c0[pts]), labels.append(np.asarray(batch["disturbed"])[pts]), depths.append(batch["sparse"][pts])
-    empty_sum, empty_n = empty_sum + float(c0[~pts].sum(dtype=np.float64)), empty_n + int((~pts).sum())
-  c0, dis, z = np.concatenate(c0s).astype(np.float64), np.concatenate(labels), np.concatenate(depths)
+def c0_statistics(points: dict[str, Any]) -> dict[str, Any]:
+  """AUROC of -c0 for `disturbed` (all input points; within input-depth deciles), mean c0 per class, histograms,
+  from the input points an evaluation pooled (`DepthEvaluator(input_points=True)`: c0, depth [m] and label of
+  every input point; the sum and count of c0 off the points, per batch)."""
+  c0, dis, z = points["c0"].astype(np.float64), points["disturbed"], points["depth"]
+  empty_sum, empty_n = 0.0, 0
+  for batch_sum, batch_n in zip(points["c0_empty_sum"], points["num_empty"]):
+    empty_sum, empty_n = empty_sum + batch_sum, empty_n + batch_n
   edges = np.quantile(z, np.linspace(0.0, 1.0, 11))
   bin_of = np.clip(np.searchsorted(edges, z, side="right") - 1, 0, 9)
   per_bin, weights = [], []
@@ -147,26 +144,6 @@ def c0_statistics(model, variables, batches) -> dict[str, Any]:
   }
 
 
-def convergence(rundir: pathlib.Path, scale: str) -> dict[str, Any]:
-  """The validation curve and whether it is flat: the best val RMSE of the last 30 % of the phase before the lr drop
-  is within FLAT_TOLERANCE (relative) of the best before it (best, not last: one diverged validation must not
-  decide; the lr drop afterwards only polishes). A curve still falling more than that is reported as not converged."""
-  s = runs_lib.SCALES[scale]
-  rows = [json.loads(line) for line in (rundir / "metrics.jsonl").read_text().splitlines()]
-  val = sorted({r["step"]: r for r in rows if r.get("split") == "val"}.values(), key=lambda r: r["step"])
-  curve = [(r["step"], r["rmse"], r["mae"]) for r in val]
-  decay = s["steps_per_epoch"] * s["lr_decay_epochs"]
-  phase = [c for c in curve if c[0] <= decay]
-  ref_step = decay - 0.3 * decay
-  earlier = [c[1] for c in phase if c[0] <= ref_step]
-  late = [c[1] for c in phase if c[0] > ref_step]
-  change = None
-  if earlier and late:
-    change = (min(late) - min(earlier)) / min(earlier)
-  return {"val_curve": curve, "rmse_change_last_30pct": change,
-          "flat": change is not None and abs(change) < FLAT_TOLERANCE}
-
-
 def masked_c0(config) -> bool:
   """Whether the run's model zeroes c0 off the measurements (`config.model.mask_input_confidence`)."""
   return bool(from_config.model_settings(config).get("mask_input_confidence", False))
@@ -174,14 +151,15 @@ def masked_c0(config) -> bool:
 
 def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path | None = None,
                    deleted_pass: bool = True) -> dict[str, Any]:
-  """Accuracy, uncertainty and c0 statistics of one model (`config` as in runs.run_config) on the scenes
-  that `batches_fn()` yields (called up to three times: the evaluation pass, the c0 pass, and on labelled scenes,
-  with `deleted_pass`, the pass with the disturbed input points deleted: `disturbed_deleted`, the accuracy of this
-  depth network without them, pages/distance.py)."""
+  """Accuracy, uncertainty and c0 statistics of one model (`config` as in runs.run_config) on the scenes that
+  `batches_fn()` yields, by the 'depth' evaluator: one pass (the c0 statistics from its input points), and on
+  labelled scenes, with `deleted_pass`, a second pass with the disturbed input points deleted
+  (`disturbed_deleted`, the accuracy of this depth network without them, pages/distance.py)."""
   model, loss = from_config.build_model(config), from_config.variant_loss(config)
-  eval_fn = evaluate.make_eval_fn(model, "kitti")  # one compilation for both passes
-  res = evaluate.run_evaluation(model, variables, batches_fn(), loss_name=loss, num_panels=2, eval_fn=eval_fn,
-                                error_by_distance=True)
+  eval_fn = evaluate_depth.make_eval_fn(model, "kitti")  # one compilation for both passes
+  with_c0 = models.VARIANTS[config.variant].conf_estimator != "none"
+  res = evaluate_depth.DepthEvaluator(loss_name=loss, num_panels=2, error_by_distance=True, input_points=with_c0,
+                                      eval_fn=eval_fn).run(model, variables, batches_fn())
   out = {"variant": config.variant, "masked_c0": masked_c0(config), "loss": loss,
          "params": models.count_params(variables["params"]), "metrics": res.metrics, "uncertainty": res.uncertainty,
          "sparsification": {"fractions": res.sparsification.fractions.tolist(),
@@ -190,12 +168,12 @@ def evaluate_model(config, variables, batches_fn, *, panels_path: pathlib.Path |
   if res.error_by_disturbed_distance is not None:
     out["error_by_disturbed_distance"] = res.error_by_disturbed_distance
     if deleted_pass:
-      d = evaluate.run_evaluation(model, variables, _without_disturbed(batches_fn()), loss_name=loss, eval_fn=eval_fn,
-                                  error_by_distance=True)
+      d = evaluate_depth.run_evaluation(model, variables, _without_disturbed(batches_fn()), loss_name=loss,
+                                        eval_fn=eval_fn, error_by_distance=True)
       out["disturbed_deleted"] = {"metrics": {k: d.metrics[k] for k in ("mae", "rmse", "imae", "irmse")},
                                   "error_by_disturbed_distance": d.error_by_disturbed_distance}
-  if models.VARIANTS[config.variant].conf_estimator != "none":
-    out["c0"] = c0_statistics(model, variables, batches_fn())
+  if with_c0:
+    out["c0"] = c0_statistics(res.input_points)
   if panels_path is not None:
     np.savez_compressed(panels_path, **{f"{k}_{i}": v for i, p in enumerate(res.panels) for k, v in p.items()})
   return out
@@ -213,7 +191,8 @@ def evaluate_run(workdir: pathlib.Path, run: runs_lib.Run, scale: str, cache_dir
                        panels_path=workdir / "eval" / f"{run.name}_panels.npz")
   out.update({"name": run.name, "seed": run.seed, "group": run.group, "step": meta.get("step")})
   if files is None:
-    out["convergence"] = convergence(runs_lib.run_dir(workdir, run), scale)
+    s = runs_lib.SCALES[scale]
+    out["convergence"] = runner.convergence(runs_lib.run_dir(workdir, run), s["steps_per_epoch"] * s["lr_decay_epochs"])
     wall = runs_lib.run_dir(workdir, run) / "wall_time.json"
     out["train_wall_s"] = json.loads(wall.read_text())["seconds"] if wall.exists() else None
   return out
@@ -241,7 +220,6 @@ def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str, files=Non
   """Members and fusion rules of the 4-run pNCNN ensemble (`runs_lib.ENSEMBLE`) on the test scenes, as trained and
   calibrated (each member's precision scale fitted on the validation scenes, `ensemble_members.fit_precision_scales`);
   `files`: {member: shipped files} for members trained in an earlier sitting."""
-  from pncnn_jax.ensemble import members as ensemble_members  # pylint: disable=g-import-not-at-top
   files = files or {}
   loaded = [load_run(workdir, runs_lib.RUNS_BY_NAME[n], scale, files.get(n)) for n in runs_lib.ENSEMBLE]
   config, members = loaded[0][0], [v for _, _, v, _ in loaded]
@@ -256,13 +234,12 @@ def evaluate_fusion(workdir: pathlib.Path, scale: str, cache_dir: str, files=Non
 
 
 def fusion_rows(config, members: Sequence[Any], batches, precision_scales=None) -> dict[str, dict[str, float]]:
-  """Every member and fusion rule (`ensemble_members.evaluate_ensemble`) of `members` (variables of runs trained with
-  `config`, stacked here) on `batches`; with `precision_scales` the calibrated rows too."""
-  from pncnn_jax.ensemble import members as ensemble_members  # pylint: disable=g-import-not-at-top
-  return ensemble_members.evaluate_ensemble(from_config.build_model(config),
-                                            ensemble_members.stack_trees(list(members)), batches,
-                                            loss_name=from_config.variant_loss(config),
-                                            precision_scales=precision_scales)
+  """Every member and fusion rule (the 'ensemble' evaluator, `ensemble_members.EnsembleEvaluator`) of `members`
+  (variables of runs trained with `config`, stacked here) on `batches`; with `precision_scales` the calibrated rows
+  too."""
+  evaluator = ensemble_members.EnsembleEvaluator(loss_name=from_config.variant_loss(config),
+                                                 precision_scales=precision_scales)
+  return evaluator.run(from_config.build_model(config), ensemble_members.stack_trees(list(members)), batches).rows
 
 
 def flat_label(flat: bool, change: float | None) -> str:
@@ -276,71 +253,47 @@ def flat_label(flat: bool, change: float | None) -> str:
   return f"no ({100 * change:+.1f} %, " + ("still falling)" if change < 0 else "rose: its best came earlier)")
 
 
-def cached(path: pathlib.Path, fresh_after: float, compute, require: Sequence[str] = ()) -> dict[str, Any]:
-  """The evaluation at `path` if written after `fresh_after` by this EVAL_VERSION and holding the keys `require`
-  (what a newer evaluation added), else compute() written there."""
-  if path.exists() and path.stat().st_mtime >= fresh_after:
-    value = json.loads(path.read_text())
-    if value.get("eval_version") == EVAL_VERSION and all(k in value for k in require):
-      return value
-  value = {**compute(), "eval_version": EVAL_VERSION}
-  tmp = path.with_suffix(".tmp")
-  tmp.write_text(json.dumps(value, indent=1, default=_jsonable) + "\n")
-  tmp.replace(path)
-  return value
-
-
-def _jsonable(o: Any) -> Any:
-  return pretrained.json_default(o)
-
-
 def _last_checkpoint_time(workdir: pathlib.Path, run: runs_lib.Run) -> float:
-  ck = runs_lib.run_dir(workdir, run) / "checkpoints"
-  if ck.is_dir():
-    return max((p.stat().st_mtime for p in ck.iterdir()), default=0.0)
-  npz, _ = runs_lib.final_weights(workdir, run)
-  return npz.stat().st_mtime if npz.exists() else 0.0
+  return runner.checkpoint_time(runs_lib.run_dir(workdir, run), runs_lib.final_weights(workdir, run)[0])
 
 
-def evaluate_all(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> dict[str, Any]:
-  """Evaluates every finished run of runs.RUNS and the ensemble when its four runs are finished (each result
-  cached in <workdir>/eval/ until its run changes); with evaluate=False only reads the cached results
-  (`pncnn_jax.experiments.carry_over` adds an earlier sitting's results of the runs not finished here).
-
-  Returns the summary that `pncnn_jax.experiments.pages.report.write` turns into docs/results/RESULTS.md.
-  """
-  runs = runs_lib.RUNS
+def table(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> runner.Table:
+  """The depth task's run table (`runner.Table`): every finished run of runs.RUNS, NCNN without its disturbed
+  points (the headroom a perfect c0 would have) and the ensemble when its four runs are finished, each cached in
+  <workdir>/eval/ until its run changes; the summary is what `pncnn_jax.experiments.pages.report.write` turns into
+  docs/results/RESULTS.md (`pncnn_jax.experiments.carry_over` adds an earlier sitting's results of the runs not
+  finished here). `evaluate`: whether this sitting evaluates (the oracle is only read otherwise)."""
   cache_dir = runs_lib.build_caches(workdir, scale)
-  (workdir / "eval").mkdir(parents=True, exist_ok=True)
-  done = [r for r in runs if runs_lib.finished(workdir, r, scale)]
+  done = [r for r in runs_lib.RUNS if runs_lib.finished(workdir, r, scale)]
   missing = [r.name for r in runs_lib.select("", scale) if r not in done]  # of the runs this scale is for
-  evals: dict[str, Any] = {}
-  for run in done:
-    path = workdir / "eval" / f"{run.name}.json"
-    if evaluate:
-      evals[run.name] = cached(path, _last_checkpoint_time(workdir, run),
-                                lambda run=run: evaluate_run(workdir, run, scale, cache_dir))
-    elif path.exists():
-      evals[run.name] = json.loads(path.read_text())
-    if run.name in evals and (how := trained_by(workdir, run)):
-      evals[run.name] = {**evals[run.name], "trained_by": how}
-  if "ncnn" in evals and evaluate:  # the headroom a perfect c0 would have: NCNN without the disturbed points
-    run = runs_lib.RUNS_BY_NAME["ncnn"]
-    evals["ncnn_oracle_c0"] = cached(workdir / "eval" / "ncnn_oracle_c0.json", _last_checkpoint_time(workdir, run),
-                                      lambda: oracle_ncnn(workdir, scale, cache_dir))
-  elif (workdir / "eval" / "ncnn_oracle_c0.json").exists():
-    evals["ncnn_oracle_c0"] = json.loads((workdir / "eval" / "ncnn_oracle_c0.json").read_text())
-  fusion = None
-  if all(runs_lib.finished(workdir, runs_lib.RUNS_BY_NAME[n], scale) for n in runs_lib.ENSEMBLE):
+  entries = [runner.Entry(run.name, lambda run=run: evaluate_run(workdir, run, scale, cache_dir),
+                          _last_checkpoint_time(workdir, run)) for run in done]
+  ncnn = runs_lib.RUNS_BY_NAME["ncnn"]
+  oracle_measured = evaluate and ncnn in done
+  entries.append(runner.Entry("ncnn_oracle_c0", (lambda: oracle_ncnn(workdir, scale, cache_dir)) if oracle_measured
+                              else None, _last_checkpoint_time(workdir, ncnn)))
+  fusion = all(runs_lib.finished(workdir, runs_lib.RUNS_BY_NAME[n], scale) for n in runs_lib.ENSEMBLE)
+  if fusion:  # measured also in the report stage when a cached table is stale (its members changed)
     path = workdir / "eval" / "ensemble.json"
     newest = max(_last_checkpoint_time(workdir, runs_lib.RUNS_BY_NAME[n]) for n in runs_lib.ENSEMBLE)
-    if evaluate or path.exists():
-      fusion = cached(path, newest, lambda: evaluate_fusion(workdir, scale, cache_dir), require=FUSION_KEYS)
-  summary = {"scale": scale, "recipe": runs_lib.SCALES[scale], "runs": evals, "fusion": fusion,
-             "scenes": f"{runs_lib.SCALES[scale]['test_scenes']} held-out test scenes",
-             "not_finished": missing, "commit": _git_commit(), "date": time.strftime("%Y-%m-%d"),
-             "devices": [str(d) for d in jax.devices()], "jax": jax.__version__}
-  return summary
+    entries.append(runner.Entry("ensemble", lambda: evaluate_fusion(workdir, scale, cache_dir), newest, FUSION_KEYS,
+                                evaluate=evaluate or path.exists()))
+
+  def summarise(values: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    evals = {}
+    for run in done:
+      if values[run.name] is not None:
+        evals[run.name] = values[run.name]
+        if how := trained_by(workdir, run):
+          evals[run.name] = {**evals[run.name], "trained_by": how}
+    if values["ncnn_oracle_c0"] is not None:
+      evals["ncnn_oracle_c0"] = values["ncnn_oracle_c0"]
+    return {"scale": scale, "recipe": runs_lib.SCALES[scale], "runs": evals, "fusion": values.get("ensemble"),
+            "scenes": f"{runs_lib.SCALES[scale]['test_scenes']} held-out test scenes",
+            "not_finished": missing, "commit": runner.git_commit(), "date": time.strftime("%Y-%m-%d"),
+            "devices": [str(d) for d in jax.devices()], "jax": jax.__version__}
+
+  return runner.Table(entries, summarise)
 
 
 def trained_by(workdir: pathlib.Path, run: runs_lib.Run) -> str | None:
@@ -348,14 +301,6 @@ def trained_by(workdir: pathlib.Path, run: runs_lib.Run) -> str | None:
   checkpoint): its folder's provenance.txt, written by hand; None without one."""
   path = runs_lib.run_dir(workdir, run) / "provenance.txt"
   return path.read_text().strip() if path.exists() else None
-
-
-def _git_commit() -> str | None:
-  try:
-    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                          cwd=pathlib.Path(__file__).resolve().parent).stdout.strip()
-  except (OSError, subprocess.CalledProcessError):
-    return None
 
 
 def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], directory: pathlib.Path,

@@ -59,7 +59,7 @@ import time
 from typing import Sequence
 
 from pncnn_jax.experiments import baselines as baselines_lib
-from pncnn_jax.experiments import carry_over, evaluate_runs
+from pncnn_jax.experiments import carry_over, evaluate_runs, runner
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.experiments.pages import baselines as pages_baselines
 from pncnn_jax.experiments.pages import report
@@ -214,11 +214,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stage in ("all", "train"):
       train_runs(workdir, args.scale, runs, args.jobs)
     if args.stage in ("all", "evaluate", "report") and with_baselines:
-      pages_baselines.write(baselines_lib.evaluate_all(workdir, args.scale, evaluate=args.stage != "report"),
-                            baseline_page)
+      evaluate = args.stage != "report"
+      pages_baselines.write(runner.evaluate_all(workdir, baselines_lib.table(workdir, args.scale),
+                                                evaluate=evaluate), baseline_page)
       print(f"wrote {baseline_page} and {baseline_page.with_suffix('.json')}", flush=True)
     if args.stage in ("all", "evaluate", "report") and not only_baselines:
-      summary = evaluate_runs.evaluate_all(workdir, args.scale, evaluate=args.stage != "report")
+      evaluate = args.stage != "report"
+      summary = runner.evaluate_all(workdir, evaluate_runs.table(workdir, args.scale, evaluate=evaluate),
+                                    evaluate=evaluate)
       if carry is not None:
         summary = carry_over.add(summary, carry, workdir, args.scale, evaluate=args.stage != "report")
       report.write(summary, pathlib.Path(args.results), workdir)

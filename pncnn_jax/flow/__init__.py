@@ -5,7 +5,10 @@ The depth core never imports this package. Importing it registers, once, what a 
   model variants  flow_ncnn, flow_ncnn_conf, flow_pncnn, flow_pncnn_aniso   (`from_config.VARIANTS`)
   losses          flow_epe, flow_nll (precision 1/sigma^2 [1/px^2]), with their EPE batch errors (`losses.LOSSES`)
   dataset         flow_synthetic, synthetic street frames with labelled KLT failures   (`data.pipeline.DATASETS`)
-  metric set      flow: EPE, outliers, AUSE on EPE, track-failure AUROC   (`evaluate.METRIC_SETS`)
+  metric set      flow: EPE, outliers, AUSE on EPE, track-failure AUROC, evaluated by 'flow'
+                  (`evaluate.METRIC_SETS`)
+  evaluator       flow: `pncnn_jax.flow.evaluate.FlowEvaluator`, of the core's evaluator protocol
+                  (`pncnn_jax.evaluate.EVALUATORS`; the module registers it itself, on import)
 
 and a registry that misses one of these names imports it by module name (`runtime.registry.EXTENSIONS`).
 
@@ -13,10 +16,10 @@ Modules: `model` (FlowPNCNN and the variants), `losses`, `metrics`, `evaluate`, 
 moving street with exact flow), `dataset` (the tracks and their failures). configs/flow_synthetic.py trains them.
 """
 
-from pncnn_jax import evaluate as _evaluate
 from pncnn_jax import from_config as _from_config
 from pncnn_jax import losses as _losses
 from pncnn_jax.data import pipeline as _pipeline
+from pncnn_jax.evaluate import protocol as _protocol
 from pncnn_jax.flow import dataset, evaluate, losses, metrics, model, scenes, viz  # noqa: F401
 from pncnn_jax.flow.model import FLOW_VARIANTS, FlowOutput, FlowPNCNN, build_flow_model  # noqa: F401
 
@@ -28,12 +31,6 @@ _losses.register("flow_nll", lambda out, target: losses.flow_nll(out.depth, out.
 _pipeline.register_dataset("flow_synthetic", _pipeline.Dataset(tuple(dataset.STREAMS), generated=True,
                                                                make_map=dataset.FlowSyntheticMap))
 
-
-def _run(model_, variables, batches, *, loss_name, mesh=None, max_batches=-1, num_panels=0):
-  return evaluate.run_flow_evaluation(evaluate.model_predictor(model_, variables, mesh), batches,
-                                      loss_name=loss_name, max_batches=max_batches, num_panels=num_panels)
-
-
-_evaluate.register_metric_set("flow", _evaluate.MetricSet(
-    run=_run, evaluate_checkpoint=evaluate.evaluate_flow_checkpoint, units=evaluate.UNITS,
+_protocol.register_metric_set("flow", _protocol.MetricSet(
+    "flow", units=evaluate.UNITS, columns=evaluate.TABLE_ORDER,
     train_units={"epe": "px", "rmse": "px"}))  # losses.batch_errors

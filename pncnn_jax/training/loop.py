@@ -57,10 +57,12 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import data, evaluate, from_config
+from pncnn_jax import data, from_config
 from pncnn_jax.checkpoints import identity as identity_lib
 from pncnn_jax.checkpoints import manager
 from pncnn_jax.ensemble import members as ensemble_members
+from pncnn_jax.evaluate import protocol
+from pncnn_jax.evaluate import report as evaluate_report
 from pncnn_jax.nn import models, prng
 from pncnn_jax.runtime import cli, compile_cache, run_files, sharding
 from pncnn_jax.training import config_fields
@@ -152,16 +154,13 @@ def steps_in_call(done: int, steps_per_call: int, boundary: int) -> int:
 # Validation
 
 
-def validate(config: ml_collections.ConfigDict, state: training_step.TrainState, mesh: Mesh,
-             eval_fn=None) -> evaluate.EvalResult:
-  """Evaluates a single model's state (eval mode) on the config's validation split (the first
-  `num_eval_batches`)."""
-  model = from_config.build_model(config)
-  return evaluate.run_evaluation(
-      model, training_step.variables_of(state), from_config.eval_iterator(config),
-                                 loss_name=from_config.variant_loss(config),
-      metric_set=config.metrics, mesh=mesh, max_batches=config.num_eval_batches,
-      eval_fn=eval_fn or evaluate.make_eval_fn(model, config.metrics))
+def validate(config: ml_collections.ConfigDict, state: training_step.TrainState, mesh: Mesh) -> protocol.Result:
+  """Evaluates a state (eval mode; a single model or an ensemble's stacked members) on the config's validation
+  split (the first `num_eval_batches`) with the config's evaluator (`protocol.evaluator_for`: depth, flow,
+  ensemble, ...), without panels."""
+  evaluator = protocol.evaluator_for(config, **({} if "ensemble" in config else {"num_panels": 0}))
+  return evaluator.run(from_config.build_model(config), training_step.variables_of(state),
+                       from_config.eval_iterator(config), mesh=mesh, max_batches=config.num_eval_batches)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -224,7 +223,7 @@ def _ensemble_job(config, mesh: Mesh, spe: int, loss_name: str, workdir: pathlib
   it = {}
 
   def validate_state(state):
-    rows = ensemble_members.evaluate_ensemble_config(config, training_step.variables_of(state))
+    rows = validate(config, state, mesh).rows
     return dict(rows[e.select_rule]), {"val": dict(rows[e.select_rule]), "rows": rows}
 
   def on_restore(meta, latest):
@@ -438,8 +437,8 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
             **job.extra_meta(), "config": json.loads(config.to_json_best_effort())}
 
   summary: dict[str, Any] = {}
-  val_units = evaluate.get_metric_set(config.metrics).units
-  train_units = {**TRAIN_UNITS, **evaluate.get_metric_set(config.metrics).train_units}
+  val_units = protocol.get_metric_set(config.metrics).units
+  train_units = {**TRAIN_UNITS, **protocol.get_metric_set(config.metrics).train_units}
   bar = None
   if progress and is_main:
     from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
@@ -490,7 +489,7 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
         writer.write(done, "val", val, row_units(val, val_units))
         if bar is not None:
           bar.write(f"[{config.variant}] step {done}: val "
-                    + evaluate.format_values(val, ("mae", "rmse", "epe", "ause_pncnn"), val_units))
+                    + evaluate_report.format_values(val, ("mae", "rmse", "epe", "ause_pncnn"), val_units))
         if done not in ckpt.all_steps():
           ckpt.save(done, training_step.state_to_tree(state), metadata(done), metrics={"rmse": val["rmse"]}
                     if isinstance(val.get("rmse"), float) and math.isfinite(val["rmse"]) else None)

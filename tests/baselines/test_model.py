@@ -5,6 +5,7 @@ Fast on 2 cores: the parameters are counted with jax.eval_shape; the forward tes
 (the same modules and dropout layers as ResNet-18, half the layers to compile) on a 1 x 32 x 64 input, with
 variables drawn in numpy from eval_shape's shapes (no init program), and compile four small programs in all."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +16,7 @@ from pncnn_jax.baselines import losses as baselines_losses
 from pncnn_jax.baselines import model as baselines_model
 from pncnn_jax.baselines import predictive
 from pncnn_jax.ensemble import members
+from pncnn_jax.nn import models
 from pncnn_jax.training import step as training_step
 
 LOSS = baselines_losses.LOSS_NAME
@@ -90,16 +92,31 @@ def test_ensemble_of_one_equals_the_single_model(tiny):
   np.testing.assert_allclose(1.0 / var, jnp.exp(out.confidence), rtol=1e-4)
 
 
-def test_evaluate_prefixes_fuses_the_first_members(tiny):
-  depth = jnp.stack([jnp.full((1, 4, 4, 1), v) for v in (1.0, 3.0, 8.0)])
-  prec = jnp.full_like(depth, 0.25)
+class _Constant(nn.Module):
+  """A stand-in member: its depth is its one parameter everywhere [m], its log-precision log(1/4) (variance 4 m^2)."""
+
+  @nn.compact
+  def __call__(self, sparse, train=False):
+    d = self.param("depth", nn.initializers.zeros, ())
+    full = lambda v: jnp.full(sparse.shape, v, jnp.float32)  # noqa: E731
+    return models.ModelOutput(depth=full(d), confidence=full(np.log(0.25)), input_confidence=full(1.0),
+                              nconv_confidence=full(1.0))
+
+
+def test_the_predictive_evaluator_fuses_the_first_members():
+  stacked = {"params": {"depth": jnp.asarray([1.0, 3.0, 8.0])}}  # three members: 1, 3 and 8 m everywhere
   target = np.full((1, 4, 4, 1), 2.0, np.float32)
-  rows = predictive.evaluate_prefixes(lambda x: (depth, prec), [{"sparse": target, "target": target}], (1, 2))
-  assert rows[1]["mae"] == pytest.approx(1000.0)  # member 0 alone: 1 m off, in mm
-  assert rows[2]["mae"] == pytest.approx(0.0, abs=1e-3)  # the mean of 1 and 3 m
-  assert rows[2]["nll"] == pytest.approx(0.5 * np.log(2 * np.pi * 5.0))  # var 4 + 1 = 5, error 0
+  batches = [{"sparse": target, "target": target}]  # one image, padded to the 2 host devices
+  result = predictive.PredictiveEvaluator(loss_name=LOSS, kind="ensemble", ms=(2, 1)).run(_Constant(), stacked,
+                                                                                           batches)
+  rows = result.rows
+  assert list(rows) == ["1", "2"] and result.evaluator == "predictive" and rows["1"]["num_images"] == 1
+  assert rows["1"]["mae"] == pytest.approx(1000.0)  # member 0 alone: 1 m off, in mm
+  assert rows["2"]["mae"] == pytest.approx(0.0, abs=1e-3)  # the mean of 1 and 3 m
+  assert rows["2"]["nll"] == pytest.approx(0.5 * np.log(2 * np.pi * 5.0))  # var 4 + 1 = 5, error 0
+  assert result.table().splitlines()[0].startswith("| M | mae [mm] | rmse [mm] |")
   with pytest.raises(ValueError, match="fewer than M = 4"):
-    predictive.evaluate_prefixes(lambda x: (depth, prec), [{"sparse": target, "target": target}], (4,))
+    predictive.PredictiveEvaluator(loss_name=LOSS, kind="ensemble", ms=(4,)).run(_Constant(), stacked, batches)
 
 
 def test_train_state_draws_a_dropout_key_per_step(tiny):

@@ -406,17 +406,27 @@ def test_calibrated_rows_rescale_the_precisions_and_nothing_else():
     evaluate(batches, precision_scales=[1.0, 0.0])
 
 
+def _evaluate_config(config, variables):
+  """The 'ensemble' evaluator of `config` (its rules and calibration split) on its eval split."""
+  from pncnn_jax.evaluate import protocol  # pylint: disable=g-import-not-at-top
+  evaluator = protocol.evaluator_for(config)
+  assert isinstance(evaluator, ensemble_members.EnsembleEvaluator)
+  model = from_config.build_model(config) if not isinstance(variables, protocol.LoadedModel) else variables.model
+  variables = variables.variables if isinstance(variables, protocol.LoadedModel) else variables
+  return evaluator.run(model, variables, from_config.eval_iterator(config), max_batches=config.num_eval_batches).rows
+
+
 def test_ensemble_config_evaluates_calibrated_rows_fitted_on_another_split():
   config = _tiny_config()
   config.ensemble.rules = ("mean", "max_confidence")
   config.ensemble.calibration_split = "train"  # evaluated on 'val'
   config_fields.check_config(config, training=False)
   stacked = ensemble_members.init_ensemble(models.build_model(SMALL_VARIANT), [0, 1], (32, 64))
-  rows = ensemble_members.evaluate_ensemble_config(config, stacked)
+  rows = _evaluate_config(config, stacked)
   names = ["member 0", "member 1", "mean", "max_confidence"]
   assert list(rows) == names + [n + ensemble_members.CALIBRATED for n in names]
   config.ensemble.calibration_split = ""
-  raw = ensemble_members.evaluate_ensemble_config(config, stacked)
+  raw = _evaluate_config(config, stacked)
   assert list(raw) == names and all(raw[n] == rows[n] for n in names)
   assert rows["member 0" + ensemble_members.CALIBRATED]["nll"] != raw["member 0"]["nll"]
 
@@ -431,11 +441,67 @@ def test_ensemble_config_evaluates_shipped_members_as_they_were_trained():
   config.ensemble.rules, config.ensemble.mle_steps = ("mean",), 5
   config.data.eval_crop_height, config.data.eval_crop_width = 64, 96
   config.data.eval_synthetic_size, config.eval_batch_size = 4, 4
-  rows = ensemble_members.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn_masked_seed1"])
+  evaluator = evaluate.evaluator_for(config)
+  members = evaluator.load(config, "synthetic:pncnn_masked,synthetic:pncnn_masked_seed1")
+  assert members.model.mask_input_confidence  # from the members, not the config
+  rows = _evaluate_config(config, members)
   single = loader.load("synthetic:pncnn_masked")
   alone = evaluate.run_evaluation(single.build_model(), single.variables, from_config.eval_iterator(config),
                                   loss_name=single.loss)
   for key in ("mae", "rmse"):
     np.testing.assert_allclose(rows["member 0"][key], alone.metrics[key], rtol=1e-5)
   with pytest.raises(ValueError, match="were trained with and without model.mask_input_confidence"):
-    ensemble_members.evaluate_ensemble_config(config, ["synthetic:pncnn_masked", "synthetic:pncnn"])
+    evaluator.load(config, "synthetic:pncnn_masked,synthetic:pncnn")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The evaluators give the numbers of the code they replaced.
+
+# The shipped pncnn_masked and pncnn_masked_seed1 on 5 synthetic validation scenes (64 x 96, batches of 3 and 2),
+# computed by the code before the evaluator protocol (`fit_precision_scales`, `evaluate_ensemble` with rules mean,
+# max_confidence and mle of 5 steps, calibrated by those scales; commit fdf9add) in this suite's set-up (2 host
+# devices, XLA:CPU optimisation level 0). That code ran the ensemble on one device; on a one-device mesh the
+# evaluators reproduce its rows exactly and its scales to 4e-8 (per-image sums, added in float64).
+BEFORE_SCALES = [1.285694469105327, 1.2548063457899579]
+BEFORE_ROWS = {
+    "member 1": {"mae": 879.2621643066407, "rmse": 3010.9444091796877, "ause_pncnn": 0.05327254584843097,
+                 "auce": 0.1425182553295761, "nll": 0.23851699094489193},
+    "mean": {"mae": 794.4941284179688, "rmse": 2552.313720703125, "ause_pncnn": 0.05565656872040156,
+             "auce": 0.17732969860328354, "nll": 0.24210706209677527},
+    "max_confidence": {"mae": 731.6884704589844, "rmse": 2625.34228515625, "ause_pncnn": 0.05519470449459366,
+                       "auce": 0.15851002205341833, "nll": 0.18685310163835},
+    "mle": {"mae": 730.3384094238281, "rmse": 2624.3828369140624, "ause_pncnn": 0.055156841396345434,
+            "auce": 0.15579928938985546, "nll": 0.18547492932521392},
+    "mean (calibrated)": {"mae": 794.4941284179688, "rmse": 2552.313720703125, "ause_pncnn": 0.05526514191537301,
+                          "auce": 0.14966858613085032, "nll": 0.19061394245058227},
+    "max_confidence (calibrated)": {"mae": 732.3459411621094, "rmse": 2628.17685546875,
+                                    "ause_pncnn": 0.055049355961274866, "auce": 0.13143641264395983,
+                                    "nll": 0.15494459633679328},
+}
+
+
+@pytest.mark.slow
+def test_the_ensemble_evaluators_give_the_numbers_of_before():
+  from pncnn_jax import data, pretrained  # pylint: disable=g-import-not-at-top
+  from pncnn_jax.runtime import sharding  # pylint: disable=g-import-not-at-top
+  stacked = ensemble_members.stack_trees([pretrained.load(f"synthetic:{n}")[0]
+                                          for n in ("pncnn_masked", "pncnn_masked_seed1")])
+  model = models.build_model("pncnn", mask_input_confidence=True)
+  batches = list(data.make_iterator({"dataset": "synthetic", "split": "val", "crop": "center", "crop_height": 64,
+                                     "crop_width": 96, "batch_size": 3, "num_epochs": 1, "synthetic_size": 5}))
+  one = sharding.make_mesh(jax.devices()[:1])
+  scales = ensemble_members.fit_precision_scales(model, stacked, batches, loss_name="gaussian_nll", mesh=one)
+  np.testing.assert_allclose(scales, BEFORE_SCALES, rtol=1e-6)
+  evaluator = ensemble_members.EnsembleEvaluator(loss_name="gaussian_nll", rules=("mean", "max_confidence", "mle"),
+                                                 mle=ensemble_members.MLEOptions(steps=5), precision_scales=scales)
+  result = evaluator.run(model, stacked, batches, mesh=one)
+  assert result.evaluator == "ensemble" and result.header == "member / fusion"
+  for name, want in BEFORE_ROWS.items():
+    for k, v in want.items():
+      assert result.rows[name][k] == pytest.approx(v, rel=1e-5), (name, k)
+  # Sharded over the suite's 2 devices (batches padded from 3 to 4 rows): the same numbers but for float rounding
+  # (the MLE's few Adam steps amplify it; its rows are left out).
+  sharded = evaluator.run(model, stacked, batches)
+  for name in ("member 0", "member 1", "mean", "max_confidence"):
+    for k in ("mae", "rmse", "ause_pncnn", "auce", "nll"):
+      assert sharded.rows[name][k] == pytest.approx(result.rows[name][k], rel=1e-4), (name, k)

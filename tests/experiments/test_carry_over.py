@@ -10,6 +10,12 @@ from pncnn_jax.experiments import runs as runs_lib
 from conftest import REPO
 
 
+def depth_summary(workdir, evaluate=True):
+  """The depth task's summary at the smoke scale: its run table through the research wing's one runner."""
+  from pncnn_jax.experiments import evaluate_runs, runner  # pylint: disable=g-import-not-at-top
+  return runner.evaluate_all(workdir, evaluate_runs.table(workdir, "smoke", evaluate=evaluate), evaluate=evaluate)
+
+
 def _carry_file(tmp_path, **changes):
   """An earlier sitting's results JSON at the smoke scale, with three real rows of docs/results/RESULTS_LONG.json."""
   long = json.loads((REPO / "docs" / "results" / "RESULTS_LONG.json").read_text())
@@ -26,10 +32,9 @@ def _carry_file(tmp_path, **changes):
 def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   """`reproduce --carry`: a sitting without the earlier workdir adds to the earlier results instead of replacing
   them; each carried row names the commit and date that measured it, also when carried again."""
-  from pncnn_jax.experiments import evaluate_runs
   from pncnn_jax.experiments.pages import report
   prior = carry_over.read_carry(_carry_file(tmp_path), "smoke")
-  summary = carry_over.add(evaluate_runs.evaluate_all(tmp_path / "wd", "smoke", evaluate=False), prior,
+  summary = carry_over.add(depth_summary(tmp_path / "wd", evaluate=False), prior,
                            tmp_path / "wd", "smoke",
                            evaluate=False)  # nothing trained here
   assert list(summary["runs"]) == ["ncnn", "ncnn_conf_l1", "ncnn_oracle_c0"]
@@ -48,7 +53,7 @@ def test_carry_keeps_an_earlier_sittings_rows_and_names_them(tmp_path, capsys):
   assert "Trained in earlier sittings, evaluated here" not in text  # the earlier page measured weights; not this one
   assert ("- (b) the learned c0 of `ncnn_conf_l1` singles out the disturbed points: **does not hold**. AUROC 0.377"
           in text)  # the claims are judged on the carried rows too
-  again = carry_over.add(evaluate_runs.evaluate_all(tmp_path / "wd", "smoke", evaluate=False),
+  again = carry_over.add(depth_summary(tmp_path / "wd", evaluate=False),
                          carry_over.read_carry(page.with_suffix(".json"), "smoke"), tmp_path / "wd", "smoke",
                          evaluate=False)
   assert again["runs"]["ncnn"]["carried_from"]["commit"] == "0123456789ab"  # the sitting that measured it

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from pncnn_jax import from_config
+from pncnn_jax import evaluate, from_config
+from pncnn_jax.experiments import runner
 from pncnn_jax.experiments.flow import report as flow_report
 from pncnn_jax.experiments.flow import reproduce as flow_reproduce
 from pncnn_jax.flow import evaluate as flow_evaluate
@@ -43,14 +44,21 @@ def test_flow_model_trains_validates_and_evaluates(tmp_path, variant):
   val = summary["val"]
   assert summary["step"] == 2 and val["epe"] > 0 and val["rmse"] >= val["epe"] and 0 <= val["outliers"] <= 100
   assert 0 <= val["auroc_corrupted"] <= 1 and val["nll"] is not None and val["num_images"] == 2
-  # eval.py's path: the best checkpoint (the only one) on the same split gives the validation's numbers.
-  result, paths = flow_evaluate.evaluate_flow_checkpoint(config, str(workdir), "best", output_dir=str(tmp_path / "ev"))
+  # eval.py's path (the one entry, for every config): the best checkpoint (the only one) on the same split gives the
+  # validation's numbers.
+  result, paths = evaluate.evaluate_checkpoint(config, str(workdir), "best", output_dir=str(tmp_path / "ev"),
+                                               progress=False)
+  assert result.evaluator == "flow"
   for k in ("epe", "rmse", "outliers", "ause_epe", "auroc_corrupted", "nll"):
     assert result.metrics[k] == pytest.approx(val[k], rel=1e-5), k
-  assert json.loads((tmp_path / "ev" / "results.json").read_text())["results"]["epe"] == pytest.approx(val["epe"])
-  assert {"panels", "sparsification", "md"} <= set(paths)
-  with pytest.raises(ValueError, match="holds variant 'flow_pncnn', not 'flow_ncnn'"):
-    flow_evaluate.load_flow_checkpoint(_tiny("flow_ncnn"), str(workdir), "latest")
+  report = json.loads((tmp_path / "ev" / "results.json").read_text())
+  assert report["results"]["epe"] == pytest.approx(val["epe"]) and report["checkpoint_step"] == 2
+  assert {"panels", "sparsification", "md", "csv"} <= set(paths) and paths["panels"].endswith("flow_panels.png")
+  assert json.loads((tmp_path / "ev" / "pncnn_writer.json").read_text())["checkpoint"] == "best"  # locked, claimed
+  # The one loader checks a flow checkpoint as any other: its identity, and its weights are finite.
+  with pytest.raises(ValueError, match="was trained as variant 'flow_pncnn', loss 'flow_nll'"):
+    evaluate.evaluate_checkpoint(_tiny("flow_ncnn"), str(workdir), "latest", output_dir=str(tmp_path / "ev2"))
+  assert not (tmp_path / "ev2").exists()  # a refused evaluation leaves no folder
 
 
 def test_baselines_interpolate_exactly_and_the_oracle_drops_the_failed_tracks():
@@ -62,10 +70,14 @@ def test_baselines_interpolate_exactly_and_the_oracle_drops_the_failed_tracks():
   sparse[0, 8, 12] = [40.0, 40.0, 1.0]
   corrupted = np.zeros((1, 16, 16, 1), bool)
   corrupted[0, 8, 12] = True
-  nc = flow_evaluate.gaussian_nc_predictor(3.0, 9)
-  out = flow_evaluate.oracle_predictor(nc)({"sparse": sparse, "corrupted": corrupted})
+  nc = flow_evaluate.GaussianNC(3.0, 9)
+  oracle = flow_evaluate.FlowEvaluator(loss_name="flow_epe", oracle=True)
+  inputs = oracle.inputs({"sparse": sparse, "target": sparse, "corrupted": corrupted}, 0)
+  np.testing.assert_array_equal(inputs["sparse"], sparse)  # the metrics see the whole input, the model the rest
+  out = nc.apply({}, inputs["oracle_sparse"])
   np.testing.assert_allclose(out.flow[0, 2:14, 2:14], np.broadcast_to([2.0, -1.0], (12, 12, 2)), rtol=1e-5)
-  assert np.abs(nc({"sparse": sparse}).flow[0, 8, 11] - [2.0, -1.0]).max() > 5.0  # without the oracle it leaks in
+  leak = np.asarray(nc.apply({}, sparse).flow[0, 8, 11]) - [2.0, -1.0]
+  assert np.abs(leak).max() > 5.0  # without the oracle it leaks in
 
 
 def test_convergence_rule_and_claims(tmp_path):
@@ -75,7 +87,7 @@ def test_convergence_rule_and_claims(tmp_path):
   curve = {100: 5.0, 200: 4.0, decay - 100: 3.05, decay: 3.0}
   (rundir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "split": "val", "epe": e}) + "\n"
                                                 for s, e in curve.items()))
-  conv = flow_reproduce.convergence(rundir)
+  conv = runner.convergence(rundir, decay, "epe", "auroc_corrupted")
   assert conv["flat"] is False and conv["epe_change_last_30pct"] == pytest.approx(3.0 / 4.0 - 1)
   base = {"epe": 4.0, "outliers": 30.0, "ause_epe": 0.3}
   good = {"epe": 3.0, "outliers": 20.0, "ause_epe": 0.2, "nll": 3.0, "auroc_corrupted": 0.9, "c0_corrupted": 0.1,

@@ -11,6 +11,12 @@ from pncnn_jax.experiments import carry_over, reproduce, runs
 from conftest import REPO
 
 
+def depth_summary(workdir, evaluate=True):
+  """The depth task's summary at the smoke scale: its run table through the research wing's one runner."""
+  from pncnn_jax.experiments import evaluate_runs, runner  # pylint: disable=g-import-not-at-top
+  return runner.evaluate_all(workdir, evaluate_runs.table(workdir, "smoke", evaluate=evaluate), evaluate=evaluate)
+
+
 def test_wall_clock_keeps_a_killed_sittings_time_and_adds_sittings(tmp_path):
   """wall_time.json is current while the run trains (a sitting killed with its machine keeps its time up to the
   last tick), and every sitting adds to it, however it ends."""
@@ -90,7 +96,7 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   prior = {**summary, "runs": {"ncnn": {**summary["runs"]["ncnn"], "metrics": {"mae": -1.0}},
                                "pncnn": {**summary["runs"]["ncnn_conf_l1_masked"], "step": 99}},
            "commit": "feedfacecafe", "date": "2026-01-02"}
-  both = carry_over.add(evaluate_runs.evaluate_all(wd, "smoke", evaluate=False), prior, wd, "smoke", evaluate=False)
+  both = carry_over.add(depth_summary(wd, evaluate=False), prior, wd, "smoke", evaluate=False)
   assert both["runs"]["ncnn"] == summary["runs"]["ncnn"] and "carried_from" not in both["runs"]["ncnn"]
   assert both["runs"]["ncnn_oracle_c0"] == summary["runs"]["ncnn_oracle_c0"]  # this workdir's NCNN, its oracle
   assert both["runs"]["pncnn"]["step"] == 99 and both["runs"]["pncnn"]["carried_from"] == {
@@ -101,14 +107,14 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   (wd / "runs" / "ncnn" / "provenance.txt").write_text("Trained by hand.\n")
   with monkeypatch.context() as m:
     m.setitem(runs.SCALE_RUNS, "smoke", ("ncnn", "pncnn_masked"))
-    own = evaluate_runs.evaluate_all(wd, "smoke", evaluate=False)
+    own = depth_summary(wd, evaluate=False)
     assert own["not_finished"] == ["pncnn_masked"] and own["runs"]["ncnn"]["trained_by"] == "Trained by hand."
     assert carry_over.add(own, prior, wd, "smoke", evaluate=False)["not_finished"] == ["pncnn_masked"]
   (wd / "runs" / "ncnn" / "provenance.txt").unlink()
   # --carry on a machine without this workdir: the shipped runs are evaluated again from their weights, with the
   # earlier validation curves; the figures can show them.
   monkeypatch.setattr(pretrained, "ROOT", ship.parent)
-  fresh = carry_over.add(evaluate_runs.evaluate_all(tmp_path / "fresh", "smoke"), summary, tmp_path / "fresh", "smoke")
+  fresh = carry_over.add(depth_summary(tmp_path / "fresh"), summary, tmp_path / "fresh", "smoke")
   assert set(fresh["runs"]) == {"ncnn", "ncnn_oracle_c0", "ncnn_conf_l1_masked"}
   for name in ("ncnn", "ncnn_conf_l1_masked"):
     row, old = fresh["runs"][name], summary["runs"][name]

@@ -37,7 +37,7 @@ assert "pncnn_jax.flow" not in sys.modules, "the core imported the extension"
 losses.get_loss("flow_nll")
 assert "pncnn_jax.flow" in sys.modules
 assert pipeline.splits("flow_synthetic") == ("train", "val", "test") and pipeline.is_generated("flow_synthetic")
-assert evaluate.get_metric_set("flow").run is not None
+assert evaluate.get_metric_set("flow").evaluator == "flow" and "flow" in evaluate.EVALUATORS
 assert from_config.variant_loss({"variant": "flow_pncnn"}) == "flow_nll"
 print("ok")
 """
@@ -55,6 +55,7 @@ def test_what_flow_registers():
   assert losses.get_batch_errors("flow_epe") is flow_losses.batch_errors
   assert {"synthetic", "kitti_depth", "nyu_depth", "flow_synthetic"} <= set(pipeline.DATASETS)
   assert set(evaluate.METRIC_SETS) >= {"kitti", "nyu", "flow"}
+  assert set(evaluate.EVALUATORS) >= {"depth", "ensemble", "ensemble_calibration", "flow", "predictive"}
   with pytest.raises(ValueError, match="metrics must be one of .*'kitti'.*got 'foo'"):
     evaluate.get_metric_set("foo")
   with pytest.raises(ValueError, match=r"config.variant='foo' is not a model variant; choose one of .*flow_pncnn"):

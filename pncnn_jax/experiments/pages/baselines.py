@@ -12,9 +12,9 @@ import json
 import pathlib
 from typing import Any
 
+from pncnn_jax import pretrained
 from pncnn_jax.experiments import baselines as baselines_lib
 from pncnn_jax.experiments import claims as claims_lib
-from pncnn_jax.experiments import evaluate_runs
 from pncnn_jax.runtime.run_files import format_value as fmt
 
 PAGE = "RESULTS_BASELINES.md"
@@ -148,7 +148,7 @@ def write(summary: dict[str, Any], path: pathlib.Path) -> None:
   path.write_text("\n".join(lines) + "\n")
   claims_json = [{"claim": c, "holds": ok, "numbers": nums} for c, ok, nums in claims]
   path.with_suffix(".json").write_text(json.dumps({**summary, "claims": claims_json}, indent=1,
-                                                  default=evaluate_runs._jsonable) + "\n")  # pylint: disable=protected-access
+                                                  default=pretrained.json_default) + "\n")
 
 
 def _cost_note(costs: dict[str, Any] | None) -> str:

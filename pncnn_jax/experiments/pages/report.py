@@ -11,9 +11,10 @@ import json
 import pathlib
 from typing import Any, Sequence
 
+from pncnn_jax import pretrained
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.experiments import claims as claims_lib
-from pncnn_jax.experiments import evaluate_runs
+from pncnn_jax.experiments import evaluate_runs, runner
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.experiments.flow import report as flow_report
 from pncnn_jax.experiments.pages import distance as pages_distance
@@ -84,7 +85,7 @@ def write(summary: dict[str, Any], path: pathlib.Path, workdir: pathlib.Path, *,
   path.write_text("\n".join(lines) + "\n")
   claims_json = [{"claim": c, "holds": ok, "numbers": nums} for c, ok, nums in claims]
   path.with_suffix(".json").write_text(json.dumps({**summary, "claims": claims_json}, indent=1,
-                                                  default=evaluate_runs._jsonable) + "\n")  # pylint: disable=protected-access
+                                                  default=pretrained.json_default) + "\n")
 
 
 PAGES_DIR = "docs/results"  # where the results pages are written by default (from the repository root)
@@ -318,7 +319,7 @@ def _recipe_lines(summary: dict[str, Any], recipe: dict[str, Any], *, other_page
       "the input depth.",
       "",
       "**Convergence.** A run counts as converged when the best validation RMSE of the last 30 % of its phase "
-      f"before the lr drop is within {100 * evaluate_runs.FLAT_TOLERANCE:.0f} % of the best before it (the best, "
+      f"before the lr drop is within {100 * runner.FLAT_TOLERANCE:.0f} % of the best before it (the best, "
       "so that "
       "one diverged validation does not decide; the lr drop then only polishes); the last column says so, or gives "
       "the change: a curve still falling wants more steps, one that rose had its best earlier (longer training will "
