@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import ml_collections
 
 from pncnn_jax import from_config
+from pncnn_jax.experiments import runner
 from pncnn_jax.runtime import cli
 
 # One recipe per scale. 'cpu' fits 2 CPU cores (about 10-30 min per pNCNN run); 'long' is the same recipe 5x longer.
@@ -273,17 +274,9 @@ def run_dir(workdir: pathlib.Path, run: Run) -> pathlib.Path:
 
 
 def finished(workdir: pathlib.Path, run: Run, scale: str) -> bool:
-  """True when the run's metrics.jsonl has its final validation row."""
+  """True when the run's metrics.jsonl has its final validation row (`runner.finished`)."""
   r = recipe(run, scale)
-  total = r["steps_per_epoch"] * r["num_epochs"]
-  path = run_dir(workdir, run) / "metrics.jsonl"
-  if not path.exists():
-    return False
-  for line in path.read_text().splitlines():
-    row = json.loads(line)
-    if row.get("split") == "val" and row.get("step") == total:
-      return True
-  return False
+  return runner.finished(run_dir(workdir, run), r["steps_per_epoch"] * r["num_epochs"])
 
 
 FINAL_WEIGHTS = "final_weights"  # <run>/final_weights.{npz,json}: the final variables in pncnn_jax.pretrained form
