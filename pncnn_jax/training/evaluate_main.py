@@ -27,11 +27,10 @@ _FLAGS = {}
 def define_flags() -> None:
   """eval.py's flags (once per process)."""
   from absl import flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   if _FLAGS:
     return
   _FLAGS.update(
-      config=config_flags.DEFINE_config_file("config", None, "configs/<dataset>.py:<variant>", lock_config=True),
+      config=cli.define_config_flag(),  # a path, or a packaged config by name (kitti:pncnn) from any directory
       workdir=flags.DEFINE_string("workdir", None, "training run directory (for best/latest; default output root)"),
       checkpoint=flags.DEFINE_string("checkpoint", "best", "best | latest | PATH (.pth.tar, .npz or a directory); "
                                      "ensemble configs: also PATH,PATH,... (its members)"),
