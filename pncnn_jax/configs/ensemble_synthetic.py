@@ -8,14 +8,12 @@ precision scale on another split (`ensemble.calibration_split`, e.g. 'val' with 
 
 Library use (train.py / eval.py dispatch to these when the config has an `ensemble` block):
 
-  from pncnn_jax import evaluate
-  from pncnn_jax import from_config
-  from pncnn_jax.ensemble import members as ensemble
-  from pncnn_jax.training import loop as train
+  from pncnn_jax import evaluate, from_config
+  from pncnn_jax.training import loop
   config = from_config.load_config("configs/ensemble_synthetic.py:pncnn")
-  rows = train.train_and_evaluate(config, "runs/synth_ensemble")["rows"]   # trains, resumes, evaluates
-  rows = ensemble.evaluate_ensemble_config(config, "runs/synth_ensemble")  # evaluates a trained ensemble
-  print(evaluate.format_table(rows))
+  rows = loop.train_and_evaluate(config, "runs/synth_ensemble")["rows"]  # trains, resumes, evaluates
+  result, files = evaluate.evaluate_checkpoint(config, "runs/synth_ensemble")  # eval.py: prints, writes files
+  rows = result.rows
 
 bench/bench_ensemble.py trains a shorter version of it (see docs/develop/benchmarks-log.md, section "Ensembles").
 """

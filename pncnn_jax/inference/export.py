@@ -37,7 +37,7 @@ Input `sparse_depth`: (B, H, W, 1) float32, metres, 0 = no measurement (NaN and 
 float32 (NHWC), equal to what `python -m pncnn_jax.predict` and `pncnn_jax.Completer` give for the same frame:
   depth        the completed depth, metres, >= 0 (negative network depths clamped at 0) where `valid`, NaN elsewhere.
   confidence   the model's output confidence (`models.ModelOutput.confidence`); its meaning depends on the loss the
-               variant was trained with (`CONFIDENCE_KINDS`, see `pncnn_jax.evaluate`): for pNCNN (gaussian_nll)
+               variant was trained with (`CONFIDENCE_KINDS`, see `pncnn_jax.evaluate.depth`): for pNCNN (gaussian_nll)
                the precision 1/sigma^2 in 1/m^2, so sigma = 1/sqrt(confidence) metres. NaN where depth is.
   valid        1 where the depth is valid, 0 where it is not (`Completion.valid`): a measurement within 8 pixels
                (`completer.support_mask`, input support) and a network depth that is not negative.
@@ -79,7 +79,7 @@ MIN_SIZE = 8  # three 2x2 poolings
 JAX2ONNX_VERSION = "0.17.1"
 ONNX_INSTALL = f"make onnx (pip install 'pncnn_jax[onnx]' && pip install --no-deps jax2onnx=={JAX2ONNX_VERSION})"
 
-# What the `confidence` output is, by training loss (pncnn_jax.evaluate's module doc).
+# What the `confidence` output is, by training loss (pncnn_jax.evaluate.depth's module doc).
 _PRECISION = ("precision 1/sigma^2", "1/m^2", "sigma = 1/sqrt(confidence)")
 CONFIDENCE_KINDS = {
     "gaussian_nll": _PRECISION,
