@@ -52,6 +52,19 @@ def nchw_to_nhwc(a: np.ndarray) -> np.ndarray:
   return np.transpose(a, (0, 2, 3, 1))
 
 
+def depth_agreement(ours: np.ndarray, ref: np.ndarray, radius: int = 2, rel: float = 0.05) -> float:
+  """Fraction of ref's pixels (> 0) with a pixel of ours within `radius` pixels (Chebyshev) holding a depth within
+  `rel` of ref's: how well two sparse depth maps of one scan agree, allowing for projection differences."""
+  h, w = ref.shape
+  hit = np.zeros(ref.shape, bool)
+  pad = np.pad(ours, radius)
+  for dv in range(-radius, radius + 1):
+    for du in range(-radius, radius + 1):
+      o = pad[radius + dv:radius + dv + h, radius + du:radius + du + w]
+      hit |= (o > 0) & (np.abs(o - ref) <= rel * ref)
+  return float(hit[ref > 0].mean())
+
+
 def pytest_collection_modifyitems(config, items):
   """The longest work first, so that neither of `make test`'s two xdist workers idles at the end while the other
   runs a long test: xdist hands out work units (an `xdist_group`, else one test) in this order, one at a time to the

@@ -11,7 +11,7 @@ from PIL import Image
 
 from pncnn_jax.data import points
 
-from conftest import DATA
+from conftest import DATA, depth_agreement
 
 RAW = DATA / "kitti_raw_mini" / "2011_09_26"
 SCAN = RAW / "2011_09_26_drive_0001_sync" / "velodyne_points" / "data" / "0000000005.bin"
@@ -69,19 +69,6 @@ def test_kitti_scan_equals_the_devkit_formulas(kitti, cam):
   assert 18_000 < (depth > 0).sum() < 20_500 and 0 < depth[depth > 0].min() and depth.max() < 120
 
 
-def _agreement(ours: np.ndarray, ref: np.ndarray, radius: int, rel: float = 0.05) -> float:
-  """Fraction of ref's pixels with a pixel of ours within `radius` pixels (Chebyshev) holding a depth within
-  `rel` of ref's."""
-  h, w = ref.shape
-  hit = np.zeros(ref.shape, bool)
-  pad = np.pad(ours, radius)
-  for dv in range(-radius, radius + 1):
-    for du in range(-radius, radius + 1):
-      o = pad[radius + dv:radius + dv + h, radius + du:radius + du + w]
-      hit |= (o > 0) & (np.abs(o - ref) <= rel * ref)
-  return float(hit[ref > 0].mean())
-
-
 def test_kitti_scan_against_velodyne_raw(kitti):
   """KITTI's own velodyne_raw of the same frame: about as many pixels, a third at the same pixel, nearly all within
   two pixels (along the rows; the numbers are in the module doc and docs/deploy/sensors.md)."""
@@ -94,8 +81,8 @@ def test_kitti_scan_against_velodyne_raw(kitti):
   same = (raw > 0) & (ours > 0)
   assert round(same.sum() / n_raw, 3) == 0.326
   assert abs(np.median(np.abs(ours - raw)[same]) - 0.033) < 0.001
-  assert round(_agreement(ours, raw, 1), 3) == 0.855
-  assert round(_agreement(ours, raw, 2), 3) == 0.968
+  assert round(depth_agreement(ours, raw, 1), 3) == 0.855
+  assert round(depth_agreement(ours, raw, 2), 3) == 0.968
   # The rounding variants the module doc compares: round(u) - 1 (monodepth2) and floor(u) agree less.
   calib = points.read_calibration(kitti)
   pts = points.read_points(SCAN)

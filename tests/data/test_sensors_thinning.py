@@ -9,7 +9,7 @@ import pytest
 
 from pncnn_jax.data import io, pipeline, points, sensors, synthetic
 
-from conftest import DATA
+from conftest import DATA, depth_agreement
 
 RAW = DATA / "kitti_raw_mini" / "2011_09_26"
 SCAN = RAW / "2011_09_26_drive_0001_sync" / "velodyne_points" / "data" / "0000000005.bin"
@@ -65,18 +65,6 @@ def calib(scan):
   return points.read_kitti_calibration(RAW, "02")
 
 
-def _agreement(ours, ref, radius=2, rel=0.05):
-  """Fraction of ref's pixels with a pixel of ours within `radius` pixels holding a depth within `rel` of ref's."""
-  h, w = ref.shape
-  hit = np.zeros(ref.shape, bool)
-  pad = np.pad(ours, radius)
-  for dv in range(-radius, radius + 1):
-    for du in range(-radius, radius + 1):
-      o = pad[radius + dv:radius + dv + h, radius + du:radius + du + w]
-      hit |= (o > 0) & (np.abs(o - ref) <= rel * ref)
-  return float(hit[ref > 0].mean())
-
-
 @pytest.mark.parametrize("every", [2, 4])
 def test_pitch_binning_of_the_projected_scan_equals_projecting_the_thinned_scan(scan, calib, every):
   """The depth map route (back-project with K, into the LiDAR frame, cluster the elevations) against the point
@@ -106,9 +94,9 @@ def test_kitti_velodyne_raw_thinned_by_pitch_binning(scan, calib, every):
   thin = sensors.thin_depth(raw, every, calib.K, calib.T_cam_from_lidar)
   assert np.all((thin == 0) | (thin == raw))
   assert abs((thin > 0).sum() / (raw > 0).sum() - 1 / every) < 0.02
-  baseline = _agreement(full, raw)
-  assert _agreement(ref, thin) >= baseline - 0.01, (_agreement(ref, thin), baseline)
-  assert _agreement(ref, np.where(thin > 0, 0, raw)) < 0.03  # what was dropped is not where the kept lasers are
+  baseline = depth_agreement(full, raw)
+  assert depth_agreement(ref, thin) >= baseline - 0.01, (depth_agreement(ref, thin), baseline)
+  assert depth_agreement(ref, np.where(thin > 0, 0, raw)) < 0.03  # what was dropped is not where the kept lasers are
 
 
 def test_pipeline_camera_of_another_day_finds_the_same_lasers(scan):
