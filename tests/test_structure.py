@@ -285,6 +285,16 @@ def test_test_files_are_named_after_their_modules():
   assert not bad, f"test files named after no module of their folder: {bad}"
 
 
+def test_test_files_have_unique_names():
+  """The test folders have no __init__.py, so pytest imports each test file by its basename: two files of one name
+  (tests/test_evaluate.py and tests/flow/test_evaluate.py) stop the collection of one of them with an error."""
+  seen: dict[str, list[str]] = {}
+  for t in sorted((REPO / "tests").rglob("*.py")):
+    if t.name != "__init__.py":
+      seen.setdefault(t.name, []).append(str(t.relative_to(REPO)))
+  assert not {k: v for k, v in seen.items() if len(v) > 1 and k != "conftest.py"}
+
+
 @pytest.mark.parametrize("module", ["runtime.cli", "runtime.hostmem", "runtime.registry", "runtime.alias", ""])
 def test_light_modules_import_no_jax(module):
   """The package door and what runs before jax is configured import neither jax nor the rest of the package."""
