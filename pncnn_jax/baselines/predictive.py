@@ -94,7 +94,7 @@ def _prefix_fn(ms: tuple[int, ...]) -> Callable:
   return fn
 
 
-class PredictiveEvaluator(protocol.Evaluator):
+class PredictiveEvaluator(evaluate_depth.PairEvaluator):
   """Accuracy and uncertainty of the fused prediction of the first M members or passes, for every M of `ms`, on
   batches with (B, H, W, 1) `sparse` and `target` [m].
 
@@ -111,7 +111,6 @@ class PredictiveEvaluator(protocol.Evaluator):
   """
 
   header = "M"
-  step_keys = ("sparse", "target")
 
   def __init__(self, *, loss_name: str, kind: str, ms: Sequence[int], seed: int = MC_SEED):
     ms = tuple(sorted(set(int(m) for m in ms)))
@@ -120,10 +119,6 @@ class PredictiveEvaluator(protocol.Evaluator):
     if kind not in KINDS:
       raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     self.loss_name, self.kind, self.ms, self.seed = loss_name, kind, ms, seed
-
-  def inputs(self, batch, index):
-    sparse, target = evaluate_depth.batch_arrays(batch, index)
-    return {"sparse": sparse, "target": target}
 
   def step(self, model):
     fn, fuse = make_members_fn(model, self.loss_name, self.kind), _prefix_fn(self.ms)
@@ -139,26 +134,16 @@ class PredictiveEvaluator(protocol.Evaluator):
     return step
 
   def start(self) -> None:
-    self._means = {m: metrics_lib.MeanAccumulator() for m in self.ms}
-    self._uncs = {m: metrics_lib.UncertaintyAccumulator() for m in self.ms}
-    self._num_images = 0
+    self._rows = evaluate_depth.ScoredRows(self.ms)
 
   def update(self, rows, out, index):
-    for m in self.ms:
-      d, c, per_image = out[m]
-      self._means[m].update(per_image)
-      self._uncs[m].update(d, rows["target"], c)
-    self._num_images += rows["target"].shape[0]
+    self._rows.update(out, rows["target"])
 
   def result(self) -> protocol.Result:
-    if self._num_images == 0:
+    if self._rows.num_images == 0:
       raise ValueError("the predictive evaluator: the batches gave no images")
-    rows = {}
-    for m in self.ms:
-      u = self._uncs[m].result()
-      rows[str(m)] = {**self._means[m].result(), **{k: u[k] for k in ("ause_pncnn", "ause_shared_max", "ause_none",
-                                                                      "ause_gustafsson", "auce", "nll")},
-                      "num_images": self._num_images}
+    keys = ("ause_pncnn", "ause_shared_max", "ause_none", "ause_gustafsson", "auce", "nll")
+    rows = {str(m): self._rows.row(m, keys) for m in self.ms}
     ms = protocol.get_metric_set("kitti")
     columns = ("mae", "rmse", "imae", "irmse", "ause_pncnn", "ause_shared_max", "ause_none", "ause_gustafsson",
                "auce", "nll", "num_images")

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from pncnn_jax import data, from_config, losses
-from pncnn_jax import metrics as metrics_lib
 from pncnn_jax.checkpoints import loader
 from pncnn_jax.ensemble.fusion import (  # noqa: F401
   DEFAULT_MLE_LR,
@@ -206,7 +205,7 @@ def _make_calibration_fn(model, loss_name: str):
       *member_precision(model, variables, sparse, loss_name), target))
 
 
-class CalibrationEvaluator(protocol.Evaluator):
+class CalibrationEvaluator(evaluate_depth.PairEvaluator):
   """Per-member precision scales s_k = N / sum_i c_ki (t_i - mu_ki)^2 (`fusion.precision_scales`, the
   maximum-likelihood scale of each member's Gaussian), on batches with (B, H, W, 1) `sparse` and `target` [m].
 
@@ -215,14 +214,9 @@ class CalibrationEvaluator(protocol.Evaluator):
   """
 
   header = "member"
-  step_keys = ("sparse", "target")
 
   def __init__(self, *, loss_name: str):
     self.loss_name = loss_name
-
-  def inputs(self, batch, index):
-    sparse, target = evaluate_depth.batch_arrays(batch, index)
-    return {"sparse": sparse, "target": target}
 
   def step(self, model):
     return _make_calibration_fn(model, self.loss_name)
@@ -296,12 +290,12 @@ def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[s
   member's precision times scales[k] (`fit_precision_scales`), named with the suffix `CALIBRATED`; `scales` (K,)
   is unused otherwise. Metrics per image, KITTI (mm, 1/km) or NYU (m), as `metrics.kitti_metrics`.
   """
-  if metric_set not in ("kitti", "nyu"):
-    raise ValueError(f"metric_set must be 'kitti' or 'nyu', got {metric_set!r}")
+  metric_fn = protocol.get_metric_set(metric_set).per_image  # an unknown name: a ValueError naming the valid ones
+  if metric_fn is None:
+    raise ValueError(f"metric_set {metric_set!r} does not score depth maps (kitti, nyu)")
   bad = [r for r in rules if r not in FUSION_RULES]
   if bad:
     raise ValueError(f"unknown fusion rules {bad}; expected some of {FUSION_RULES}")
-  metric_fn = metrics_lib.kitti_metrics if metric_set == "kitti" else metrics_lib.nyu_metrics
 
   def table(depth, prec, suffix):
     rows = {f"member {k}{suffix}": (depth[k], prec[k]) for k in range(depth.shape[0])}
@@ -320,7 +314,7 @@ def make_ensemble_eval_fn(model, loss_name: str, metric_set: str, rules: tuple[s
   return fn
 
 
-class EnsembleEvaluator(protocol.Evaluator):
+class EnsembleEvaluator(evaluate_depth.PairEvaluator):
   """Every member and every fusion rule of an ensemble (stacked variables, leaves (K, ...)) side by side (paper
   Table 3), on batches with (B, H, W, 1) `sparse` and `target` [m].
 
@@ -344,7 +338,6 @@ class EnsembleEvaluator(protocol.Evaluator):
   """
 
   header = "member / fusion"
-  step_keys = ("sparse", "target")
 
   def __init__(self, *, loss_name: str, metric_set: str = "kitti", rules: Sequence[str] = FUSION_RULES,
                mle: MLEOptions = MLEOptions(), precision_scales: Sequence[float] | None = None,
@@ -409,40 +402,27 @@ class EnsembleEvaluator(protocol.Evaluator):
                          f"{np.asarray(scales).tolist()}")
     self._k, self._scales = k, None if scales is None else np.asarray(scales)
 
-  def inputs(self, batch, index):
-    sparse, target = evaluate_depth.batch_arrays(batch, index)
-    return {"sparse": sparse, "target": target}
-
   def step(self, model):
     fn = make_ensemble_eval_fn(model, self.loss_name, self.metric_set, self.rules, self.mle, self._scales is not None)
     scales = np.ones(self._k, np.float32) if self._scales is None else self._scales.astype(np.float32)
     return lambda variables, sparse, target: fn(variables, sparse, target, scales)
 
   def start(self) -> None:
-    self._names = [f"member {m}" for m in range(self._k)] + list(self.rules)
-    if self._scales is not None:
-      self._names += [n + CALIBRATED for n in self._names]
-    self._means = {n: metrics_lib.MeanAccumulator() for n in self._names}
-    self._uncs = {n: metrics_lib.UncertaintyAccumulator() for n in self._names}
-    self._num_images = 0
+    names = [f"member {m}" for m in range(self._k)] + list(self.rules)
+    self._rows = evaluate_depth.ScoredRows(names + ([n + CALIBRATED for n in names] if self._scales is not None
+                                                    else []))
 
   def update(self, rows, out, index):
-    for name in self._names:
-      d, c, per_image = out[name]
-      self._means[name].update(per_image)
-      self._uncs[name].update(d, rows["target"], c)
-    self._num_images += rows["target"].shape[0]
+    self._rows.update(out, rows["target"])
 
   def result(self) -> protocol.Result:
-    if self._num_images == 0:
+    if self._rows.num_images == 0:
       raise ValueError("evaluate_ensemble: the batches gave no images")
     probabilistic = self.loss_name in losses.PROBABILISTIC_LOSSES
-    rows = {}
-    for name in self._names:
-      u = self._uncs[name].result()
-      rows[name] = {**self._means[name].result(), "ause_pncnn": u["ause_pncnn"],
-                    "ause_gustafsson": u["ause_gustafsson"], "auce": u["auce"] if probabilistic else None,
-                    "nll": u["nll"] if probabilistic else None, "num_images": self._num_images}
+    rows = {name: self._rows.row(name, ("ause_pncnn", "ause_gustafsson", "auce", "nll")) for name in self._rows.names}
+    if not probabilistic:  # no calibrated sigma: AUSE from the confidence only
+      for row in rows.values():
+        row["auce"] = row["nll"] = None
     ms = protocol.get_metric_set(self.metric_set)
     scales = None if self._scales is None else self._scales.tolist()
     return protocol.Result(evaluator=self.name, rows=rows, units=ms.units, columns=ms.columns, header=self.header,

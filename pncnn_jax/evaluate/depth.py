@@ -88,6 +88,44 @@ def batch_arrays(batch: Mapping[str, Any], index: int) -> tuple[np.ndarray, np.n
   return sparse, target
 
 
+class PairEvaluator(protocol.Evaluator):
+  """Base of the evaluators whose device step reads (B, H, W, 1) `sparse` and `target` [m] (`batch_arrays`):
+  the ensembles' and the baselines' predictive."""
+
+  step_keys = ("sparse", "target")
+
+  def inputs(self, batch, index):
+    sparse, target = batch_arrays(batch, index)
+    return {"sparse": sparse, "target": target}
+
+
+class ScoredRows:
+  """The accumulators of an evaluator that scores several depth predictions of each batch (ensemble members,
+  fusion rules, ensemble sizes): per row name, the per-image metric means and the pooled uncertainty metrics.
+
+  `update(out, target)` takes out[name] = (depth (B, H, W, 1) [m], confidence or precision (B, H, W, 1),
+  per-image metrics {key: (B,)}) for every name; `row(name, keys)` is that row's metric means, the uncertainty
+  metrics `keys` of `metrics.UncertaintyAccumulator.result` and num_images.
+  """
+
+  def __init__(self, names):
+    self.names = list(names)
+    self._means = {n: metrics_lib.MeanAccumulator() for n in self.names}
+    self._uncs = {n: metrics_lib.UncertaintyAccumulator() for n in self.names}
+    self.num_images = 0
+
+  def update(self, out: Mapping[Any, Any], target: np.ndarray) -> None:
+    for name in self.names:
+      depth, confidence, per_image = out[name]
+      self._means[name].update(per_image)
+      self._uncs[name].update(depth, target, confidence)
+    self.num_images += target.shape[0]
+
+  def row(self, name, keys) -> dict[str, Any]:
+    u = self._uncs[name].result()
+    return {**self._means[name].result(), **{k: u[k] for k in keys}, "num_images": self.num_images}
+
+
 class DepthEvaluator(protocol.Evaluator):
   """One depth model on batches with NHWC `sparse`, `target` and, on synthetic scenes, `disturbed` (module doc).
 

@@ -70,7 +70,6 @@ import shutil
 import signal
 import sqlite3
 import sys
-import threading
 import time
 import warnings
 from typing import Any, Callable
@@ -205,10 +204,6 @@ def _info_at(infos: list[tuple[int, Any]], stamp: int) -> Any:
   return before[-1] if before else infos[0][1]
 
 
-class Terminated(BaseException):
-  """SIGTERM arrived during a conversion (`complete_bag` removes the partial bag; main exits 143)."""
-
-
 class BagWriteError(OSError):
   """The new bag could not be written (a full disk, ...): one line naming it; the partial bag was removed."""
 
@@ -255,7 +250,7 @@ def complete_bag(input_bag: str | os.PathLike, output_bag: str | os.PathLike, co
 
   Raises FileNotFoundError / FileExistsError / ValueError (one line naming the flag or the bag) before writing
   anything for a wrong bag, topic, calibration or output (`check_output`; `overwrite` replaces a bag this command
-  wrote); OUT is removed if the conversion fails afterwards (BagWriteError for a write that fails, Terminated for
+  wrote); OUT is removed if the conversion fails afterwards (BagWriteError for a write that fails, cli.Terminated for
   SIGTERM).
   """
   frames = _Frames(input_bag, depth_topic=depth_topic, points_topic=points_topic,
@@ -361,61 +356,56 @@ class _Frames:
     t0 = time.perf_counter()
     empty, far, n, invalid, pixels = [], 0, 0, 0, 0
     lock, created = None, False
-    previous = None
-    if threading.current_thread() is threading.main_thread():  # SIGTERM: clean up as for Ctrl-C
-      previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-      with self._reader() as reader, self.Writer(out, version=BAG_VERSION) as writer:
-        created = True  # the Writer made OUT (it refuses an existing one): ours to remove on failure
-        lock = _lock(out).acquire()
-        run_files.write_writer(out, record)
-        conns = {k: writer.add_connection(t, CAMERA_INFO if k == "camera_info" else IMAGE, typestore=ts)
-                 for k, t in topics.items() if k != "camera_info" or self.info_topic}
-        bar = tqdm(total=self.count, unit="frame", desc="completing", file=sys.stderr,
-                   disable=not (cli.progress_enabled("auto") if progress is None else progress))
-        for conn, bag_time, raw in reader.messages(connections=self.conns):
-          msg = ts.deserialize_cdr(raw, conn.msgtype)
-          sparse, header, info = self.sparse(msg, n)
-          if (sparse > 0).any():
-            with warnings.catch_warnings(record=True) as caught:
-              warnings.simplefilter("always")
-              result = completer(sparse, name=f"{self.topic} message {n}")
-            far += any(w.category.__name__ == "InputRangeWarning" for w in caught)
-            depth, valid = result.depth, result.valid
-            second_field = (result.sigma if completer.has_sigma else result.output_confidence if fill
-                            else np.where(valid, result.output_confidence, np.float32(np.nan)))
-          else:  # nothing to complete: REP 118's "no value"
-            empty.append(n)
-            depth = second_field = np.full(sparse.shape, np.nan, np.float32)
-            valid = np.zeros(sparse.shape, bool)
-          invalid += int((~valid).sum())
-          pixels += valid.size
-          for key, field in (("depth", depth), (second, second_field), ("valid", valid)):
-            if key == "valid":
-              data, encoding, step = np.where(field, np.uint8(255), np.uint8(0)), "mono8", field.shape[1]
-            else:
-              data, encoding, step = np.ascontiguousarray(field, "<f4"), "32FC1", 4 * field.shape[1]
-            img = Image(header=header, height=field.shape[0], width=field.shape[1], encoding=encoding,
-                        is_bigendian=0, step=step, data=np.frombuffer(data.tobytes(), np.uint8))
-            writer.write(conns[key], bag_time, ts.serialize_cdr(img, IMAGE))
-          if info is not None:
-            writer.write(conns["camera_info"], bag_time,
-                         ts.serialize_cdr(dataclasses.replace(info, header=header), CAMERA_INFO))
-          n += 1
-          bar.update()
-        bar.close()
-    except BaseException as e:
-      if lock is not None:
-        lock.release()
-      if created:
-        shutil.rmtree(out, ignore_errors=True)  # ours, new: nothing half-written stays under the user's name
-      if isinstance(e, (sqlite3.Error, OSError)) and created:  # a full disk: sqlite3's "database or disk is full"
-        raise BagWriteError(getattr(e, "errno", None) or 0,
-                            f"cannot write {out}: {first_line(e)}; the partial bag was removed") from None
-      raise
-    finally:
-      if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+    with cli.sigterm_raises():  # SIGTERM: clean up as for Ctrl-C (cli.Terminated; main exits 143)
+      try:
+        with self._reader() as reader, self.Writer(out, version=BAG_VERSION) as writer:
+          created = True  # the Writer made OUT (it refuses an existing one): ours to remove on failure
+          lock = _lock(out).acquire()
+          run_files.write_writer(out, record)
+          conns = {k: writer.add_connection(t, CAMERA_INFO if k == "camera_info" else IMAGE, typestore=ts)
+                   for k, t in topics.items() if k != "camera_info" or self.info_topic}
+          bar = tqdm(total=self.count, unit="frame", desc="completing", file=sys.stderr,
+                     disable=not (cli.progress_enabled("auto") if progress is None else progress))
+          for conn, bag_time, raw in reader.messages(connections=self.conns):
+            msg = ts.deserialize_cdr(raw, conn.msgtype)
+            sparse, header, info = self.sparse(msg, n)
+            if (sparse > 0).any():
+              with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = completer(sparse, name=f"{self.topic} message {n}")
+              far += any(w.category.__name__ == "InputRangeWarning" for w in caught)
+              depth, valid = result.depth, result.valid
+              second_field = (result.sigma if completer.has_sigma else result.output_confidence if fill
+                              else np.where(valid, result.output_confidence, np.float32(np.nan)))
+            else:  # nothing to complete: REP 118's "no value"
+              empty.append(n)
+              depth = second_field = np.full(sparse.shape, np.nan, np.float32)
+              valid = np.zeros(sparse.shape, bool)
+            invalid += int((~valid).sum())
+            pixels += valid.size
+            for key, field in (("depth", depth), (second, second_field), ("valid", valid)):
+              if key == "valid":
+                data, encoding, step = np.where(field, np.uint8(255), np.uint8(0)), "mono8", field.shape[1]
+              else:
+                data, encoding, step = np.ascontiguousarray(field, "<f4"), "32FC1", 4 * field.shape[1]
+              img = Image(header=header, height=field.shape[0], width=field.shape[1], encoding=encoding,
+                          is_bigendian=0, step=step, data=np.frombuffer(data.tobytes(), np.uint8))
+              writer.write(conns[key], bag_time, ts.serialize_cdr(img, IMAGE))
+            if info is not None:
+              writer.write(conns["camera_info"], bag_time,
+                           ts.serialize_cdr(dataclasses.replace(info, header=header), CAMERA_INFO))
+            n += 1
+            bar.update()
+          bar.close()
+      except BaseException as e:
+        if lock is not None:
+          lock.release()
+        if created:
+          shutil.rmtree(out, ignore_errors=True)  # ours, new: nothing half-written stays under the user's name
+        if isinstance(e, (sqlite3.Error, OSError)) and created:  # a full disk: sqlite3's "database or disk is full"
+          raise BagWriteError(getattr(e, "errno", None) or 0,
+                              f"cannot write {out}: {first_line(e)}; the partial bag was removed") from None
+        raise
     lock.release()
     seconds = time.perf_counter() - t0
     unit = "metres" if completer.has_sigma else "unitless, not calibrated"
@@ -434,11 +424,6 @@ class _Frames:
           f"trained on; their depth and sigma near those points are extrapolations")
     return {"frames": n, "empty": empty, "out_of_range": far, "topics": topics, "seconds": seconds,
             "invalid_fraction": invalid / max(pixels, 1)}
-
-
-def _terminate(signum, frame) -> None:
-  del signum, frame
-  raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
   except (ValueError, FileNotFoundError, FileExistsError, ImportError, OSError) as e:
     print(f"error: {first_line(e)}", file=sys.stderr)
     return 2
-  except Terminated:
+  except cli.Terminated:
     print(f"error: terminated (SIGTERM); the partial bag {out} was removed", file=sys.stderr)
     return 128 + signal.SIGTERM
   except KeyboardInterrupt:
