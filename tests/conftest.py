@@ -65,6 +65,25 @@ def depth_agreement(ours: np.ndarray, ref: np.ndarray, radius: int = 2, rel: flo
   return float(hit[ref > 0].mean())
 
 
+@pytest.fixture
+def recorded(monkeypatch):
+  """`recorded(owner, name)`: from now on, the (args, kwargs) of every call of `owner.name` (a class's method, self
+  included in args), in order; the method still runs. A test replays them to recompute what a caller reported."""
+
+  def record(owner, name):
+    calls = []
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+      calls.append((args, kwargs))
+      return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapper)
+    return calls
+
+  return record
+
+
 def pytest_collection_modifyitems(config, items):
   """The longest work first, so that neither of `make test`'s two xdist workers idles at the end while the other
   runs a long test: xdist hands out work units (an `xdist_group`, else one test) in this order, one at a time to the

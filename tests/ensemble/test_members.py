@@ -10,9 +10,10 @@ import numpy as np
 import optax
 import pytest
 
-from pncnn_jax import from_config
+from pncnn_jax import from_config, metrics, uncertainty
 from pncnn_jax.checkpoints import manager
 from pncnn_jax.ensemble import members as ensemble_members
+from pncnn_jax.evaluate import depth as evaluate_depth
 from pncnn_jax.nn import models
 from pncnn_jax.training import config_fields, loop
 from pncnn_jax.training import ensemble as training_ensemble
@@ -461,7 +462,12 @@ def test_ensemble_config_evaluates_shipped_members_as_they_were_trained():
 # computed by the code before the evaluator protocol (`fit_precision_scales`, `evaluate_ensemble` with rules mean,
 # max_confidence and mle of 5 steps, calibrated by those scales; commit fdf9add) in this suite's set-up (2 host
 # devices, XLA:CPU optimisation level 0). That code ran the ensemble on one device; on a one-device mesh the
-# evaluators reproduce its rows exactly and its scales to 4e-8 (per-image sums, added in float64).
+# evaluators reproduce its rows exactly and its scales to 4e-8 (per-image sums, added in float64). On another CPU
+# the float32 outputs round differently (1.4e-6 relative in a scale, seen in CI): the smooth numbers keep rtol 1e-5,
+# for that rounding only. AUSE and AUCE, which rank or threshold pixels, move in steps when near-tied pixels swap,
+# and the MLE rule's depth follows Adam's first, sign-like steps and a choice among starts (its MAE moved 1.6e-5
+# with XLA limited to SSE4.2): those are checked against the metric functions on what the evaluator fed them
+# (tests/evaluate/test_depth.py; fuse_mle has its own tests above).
 BEFORE_SCALES = [1.285694469105327, 1.2548063457899579]
 BEFORE_ROWS = {
     "member 1": {"mae": 879.2621643066407, "rmse": 3010.9444091796877, "ause_pncnn": 0.05327254584843097,
@@ -480,8 +486,28 @@ BEFORE_ROWS = {
 }
 
 
+def _replayed(calls):
+  """{row name: {metric: value}} from the `ScoredRows.update` calls (self, out, target) recorded: the metric library
+  on the depths, precisions and per-image metrics the evaluator fed it."""
+  uncs, means = {}, {}
+  for (_, out, target), _ in calls:
+    for name, (depth, confidence, per_image) in out.items():
+      uncs.setdefault(name, uncertainty.UncertaintyAccumulator()).update(depth, target, confidence)
+      means.setdefault(name, metrics.MeanAccumulator()).update({k: np.asarray(v) for k, v in per_image.items()})
+  return {name: {**means[name].result(), **uncs[name].result()} for name in uncs}
+
+
+def _check_rows(rows, want, replayed, rel):
+  for name, expected in want.items():
+    for k, v in expected.items():
+      if k in ("ause_pncnn", "auce") or name.startswith("mle"):
+        assert rows[name][k] == replayed[name][k], (name, k)
+      else:
+        assert rows[name][k] == pytest.approx(v, rel=rel), (name, k)
+
+
 @pytest.mark.slow
-def test_the_ensemble_evaluators_give_the_numbers_of_before():
+def test_the_ensemble_evaluators_give_the_numbers_of_before(recorded):
   from pncnn_jax import data, pretrained  # pylint: disable=g-import-not-at-top
   from pncnn_jax.runtime import sharding  # pylint: disable=g-import-not-at-top
   stacked = ensemble_members.stack_trees([pretrained.load(f"synthetic:{n}")[0]
@@ -491,17 +517,17 @@ def test_the_ensemble_evaluators_give_the_numbers_of_before():
                                      "crop_width": 96, "batch_size": 3, "num_epochs": 1, "synthetic_size": 5}))
   one = sharding.make_mesh(jax.devices()[:1])
   scales = ensemble_members.fit_precision_scales(model, stacked, batches, loss_name="gaussian_nll", mesh=one)
-  np.testing.assert_allclose(scales, BEFORE_SCALES, rtol=1e-6)
+  np.testing.assert_allclose(scales, BEFORE_SCALES, rtol=1e-5)
+  fed = recorded(evaluate_depth.ScoredRows, "update")
   evaluator = ensemble_members.EnsembleEvaluator(loss_name="gaussian_nll", rules=("mean", "max_confidence", "mle"),
                                                  mle=ensemble_members.MLEOptions(steps=5), precision_scales=scales)
   result = evaluator.run(model, stacked, batches, mesh=one)
   assert result.evaluator == "ensemble" and result.header == "member / fusion"
-  for name, want in BEFORE_ROWS.items():
-    for k, v in want.items():
-      assert result.rows[name][k] == pytest.approx(v, rel=1e-5), (name, k)
+  _check_rows(result.rows, BEFORE_ROWS, _replayed(fed), rel=1e-5)
   # Sharded over the suite's 2 devices (batches padded from 3 to 4 rows): the same numbers but for float rounding
   # (the MLE's few Adam steps amplify it; its rows are left out).
+  del fed[:]
   sharded = evaluator.run(model, stacked, batches)
-  for name in ("member 0", "member 1", "mean", "max_confidence"):
-    for k in ("mae", "rmse", "ause_pncnn", "auce", "nll"):
-      assert sharded.rows[name][k] == pytest.approx(result.rows[name][k], rel=1e-4), (name, k)
+  names = ("member 0", "member 1", "mean", "max_confidence")
+  _check_rows(sharded.rows, {n: {k: result.rows[n][k] for k in ("mae", "rmse", "ause_pncnn", "auce", "nll")}
+                             for n in names}, _replayed(fed), rel=1e-4)

@@ -104,6 +104,16 @@ def _log(log_dir, tag, i, stream="err") -> str:
   return (log_dir / f"{tag}.{i}.{stream}").read_text()
 
 
+def _main_stack(log: str) -> str:
+  """The main thread's frames of the last faulthandler dump in `log`, innermost first, without the library's."""
+  at = log.rfind("Current thread")
+  if at < 0:
+    return "(no stack dump: the process had ended)"
+  frames = log[at:].splitlines()[1:]
+  ours = [f.strip() for f in frames if f.strip().startswith("File") and "site-packages" not in f]
+  return "\n".join(ours[:12]) or "\n".join(frames[:12])
+
+
 def _wait_all(procs, log_dir, tag, timeout):
   deadline = time.monotonic() + timeout
   try:
@@ -117,8 +127,12 @@ def _wait_all(procs, log_dir, tag, timeout):
     time.sleep(2.0)
     for p in procs:
       p.kill()
-    pytest.fail(f"{tag}: timed out after {timeout} s; exit codes at the timeout {codes}\n" + "\n".join(
-        f"process {i} stderr:\n{_log(log_dir, tag, i)[-6000:]}" for i in range(len(procs))))
+    # CI shows only the end of a failure: the full logs first, then each process's main-thread stack and the codes.
+    logs = [_log(log_dir, tag, i) for i in range(len(procs))]
+    pytest.fail(f"{tag}: timed out after {timeout} s\n" + "\n".join(
+        f"process {i} stderr:\n{log[-6000:]}" for i, log in enumerate(logs)) + "\n" + "\n".join(
+        f"--- process {i}: exit code at the timeout {codes[i]}; its main thread:\n{_main_stack(log)}"
+        for i, log in enumerate(logs)))
   for i, p in enumerate(procs):
     assert p.returncode == 0, f"{tag}: process {i} exited with {p.returncode}:\n{_log(log_dir, tag, i)[-3000:]}"
 
