@@ -141,7 +141,7 @@ def test_sensor_fields_name_their_values_and_fit_the_dataset():
   c.data.sensors.train = "radar"
   with pytest.raises(from_config.ConfigError) as e:
     config_fields.check_config(c)
-  assert str(e.value).endswith(", 'vlp16', 'vo', or '' (the dataset's own sensor)"), str(e.value)
+  assert str(e.value).endswith(", 'vlp16', 'vo', 'vo_015', or '' (the dataset's own sensor)"), str(e.value)
   c = from_config.load_config(f"{REPO}/configs/nyu.py:pncnn")
   c.data.sensors.eval = "lidar_mix"
   with pytest.raises(from_config.ConfigError, match=r"^config.data.sensors.eval='lidar_mix': sensors 'lidar_mix': "

@@ -549,6 +549,7 @@ register_sensor("thin2", Sensor(every=2))  # every 2nd laser of the dataset's Li
 register_sensor("thin4", Sensor(every=4))  # every 4th (16 of 64)
 register_sensor("dropout", Sensor(keep=(0.05, 1.0)))  # the 5-100 % of the points kept
 register_sensor("vo", Sensor(source="vo", vo_density=(0.0005, 0.005)))
+register_sensor("vo_015", Sensor(source="vo", vo_density=(0.0015, 0.0015)))  # VO at 0.15 % of the pixels (evaluation)
 register_sensor("noisy", Sensor(noise_m=(0.02, 0.2), outliers=(0.0, 0.05)))
 # For the sensor-robust training (configs/synthetic.py:<variant>,lidar_mix): the five presets (70 %), the same with
 # 5-100 % of the points kept (20 %), VO points (10 %).

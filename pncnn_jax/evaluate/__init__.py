@@ -5,6 +5,7 @@
               registries `EVALUATORS` and `METRIC_SETS`, `evaluator_for(config)`
   depth       the 'depth' evaluator (KITTI / NYU metrics, AUSE, AUCE, NLL, disturbed-point AUROC) and the 'kitti'
               and 'nyu' metric sets; `run_evaluation`, its one-call form
+  across_sensors  `evaluate_sensors`: one depth model on the split seen by a list of sensors (eval.py --sensors)
   checkpoint  `evaluate_checkpoint`: what eval.py does, for every config
   report      the table, the log-line values, strict JSON
   pairs       KITTI PNG pairs as batches (eval.py --pairs_dir)
@@ -25,6 +26,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
                     "pncnn_jax.evaluate.protocol"),
     **dict.fromkeys(("DepthEvaluator", "run_evaluation", "make_eval_fn", "batch_arrays", "sigma_of", "UNITS",
                      "TABLE_ORDER"), "pncnn_jax.evaluate.depth"),
+    **dict.fromkeys(("evaluate_sensors", "SensorDepthEvaluator"), "pncnn_jax.evaluate.across_sensors"),
     **dict.fromkeys(("evaluate_checkpoint", "checkpoint_tag", "REPORT_FILES"), "pncnn_jax.evaluate.checkpoint"),
     **dict.fromkeys(("format_values", "format_rows", "strict_json"), "pncnn_jax.evaluate.report"),
     **dict.fromkeys(("kitti_pairs", "kitti_pair_batches"), "pncnn_jax.evaluate.pairs"),

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Sequence
 
 import jax
 
 from pncnn_jax import from_config
 from pncnn_jax.checkpoints import identity as identity_lib
-from pncnn_jax.evaluate import pairs, protocol
+from pncnn_jax.evaluate import across_sensors, depth, pairs, protocol
 from pncnn_jax.runtime import cli, run_files
 
 REPORT_FILES = ("results.json", "results.csv", "results.md")  # every evaluation's, besides its figures
@@ -29,9 +30,27 @@ def checkpoint_tag(checkpoint: str) -> str:
   return "+".join(pathlib.Path(c.strip().replace(":", "_")).name.split(".")[0] for c in checkpoint.split(","))
 
 
+def check_sensors_request(evaluator: protocol.Evaluator, config, sensors: Sequence[str],
+                          reference_sensor: str | None, pairs_dir: str | None) -> None:
+  """A one-line ValueError naming --sensors when an evaluation across sensors cannot run as asked."""
+  if not sensors:
+    raise ValueError("--sensors: give sensor names separated by commas (e.g. hdl64,hdl32,vlp16,vo_015)")
+  if pairs_dir:
+    raise ValueError("--sensors evaluates the config's split seen by other sensors; --pairs_dir frames have one "
+                     "sensor (give one or the other)")
+  if type(evaluator) is not depth.DepthEvaluator:  # pylint: disable=unidiomatic-typecheck
+    raise ValueError(f"--sensors evaluates one depth model; config variant {config.variant!r} is evaluated by the "
+                     f"{evaluator.name!r} evaluator")
+  for s in sensors:
+    across_sensors.sensor_config(config, s)  # an unknown name or one the dataset cannot make: one line
+  if reference_sensor is not None and reference_sensor not in sensors:
+    raise ValueError(f"--reference_sensor {reference_sensor!r} is not one of --sensors ({', '.join(sensors)})")
+
+
 def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *, pairs_dir: str | None = None,
                         output_dir: str | None = None, progress: bool | None = None,
-                        allow_mismatch: bool = False, allow_fallback: bool = False, overwrite: bool = False
+                        allow_mismatch: bool = False, allow_fallback: bool = False, overwrite: bool = False,
+                        sensors: Sequence[str] | None = None, reference_sensor: str | None = None
                         ) -> tuple[protocol.Result, dict[str, str]]:
   """What `eval.py` does: loads the checkpoint, evaluates the config's eval split (or KITTI PNG pairs under
   `pairs_dir`), prints the table and writes the reports to `output_dir` (default `<workdir>/eval_<checkpoint>`):
@@ -56,6 +75,8 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
   if not pairs_dir:
     from_config.check_data(config, training=False)  # DatasetNotFoundError before the checkpoint loads
   evaluator = protocol.evaluator_for(config)
+  if sensors is not None:
+    check_sensors_request(evaluator, config, sensors, reference_sensor, pairs_dir)
   tag = checkpoint_tag(checkpoint)
   if output_dir is None:
     if not workdir:
@@ -75,7 +96,7 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
     progress = cli.progress_enabled("auto") if progress is None else progress  # None: on a terminal only
     return _evaluate_into(evaluator, config, workdir, checkpoint, out, tag, pairs_dir=pairs_dir, progress=progress,
                           allow_mismatch=allow_mismatch, allow_fallback=allow_fallback, overwrite=overwrite,
-                          claim=lock is not None)
+                          claim=lock is not None, sensors=sensors, reference_sensor=reference_sensor)
   except BaseException:
     if lock is not None:
       lock.release()
@@ -95,7 +116,8 @@ def evaluate_checkpoint(config, workdir: str | None, checkpoint: str = "best", *
 
 def _evaluate_into(evaluator: protocol.Evaluator, config, workdir, checkpoint, out: pathlib.Path, tag: str, *,
                    pairs_dir, progress: bool, allow_mismatch: bool, allow_fallback: bool, overwrite: bool,
-                   claim: bool) -> tuple[protocol.Result, dict[str, str]]:
+                   claim: bool, sensors: Sequence[str] | None = None, reference_sensor: str | None = None
+                   ) -> tuple[protocol.Result, dict[str, str]]:
   """`evaluate_checkpoint` into the locked folder `out`."""
   expect = identity_lib.identity(config)
   if pairs_dir:
@@ -109,15 +131,22 @@ def _evaluate_into(evaluator: protocol.Evaluator, config, workdir, checkpoint, o
               "model": {"weights_sha256": run_files.weights_digest(loaded.variables), "step": loaded.meta.get("step")},
               "settings": {"data": data, "metrics": config.metrics, "num_eval_batches": config.num_eval_batches,
                            "eval_crop": [config.data.eval_crop, config.data.eval_crop_height,
-                                         config.data.eval_crop_width], "variant": config.variant}}
+                                         config.data.eval_crop_width], "variant": config.variant,
+                           **({"sensors": list(sensors), "reference_sensor": reference_sensor or sensors[0]}
+                              if sensors else {})}}
     run_files.claim_output(out, record, overwrite=overwrite,
                            has_outputs=any((out / f).exists() for f in (*REPORT_FILES, *evaluator.files)))
-  if pairs_dir:
-    batches = pairs.kitti_pair_batches(pairs_dir, (config.data.eval_crop_height, config.data.eval_crop_width))
+  if sensors:
+    result = across_sensors.evaluate_sensors(loaded.model, loaded.variables, config, sensors,
+                                           reference=reference_sensor, max_batches=config.num_eval_batches,
+                                           progress=progress)
   else:
-    batches = from_config.eval_iterator(config)
-  result = evaluator.run(loaded.model, loaded.variables, batches, max_batches=config.num_eval_batches,
-                         progress=progress)
+    if pairs_dir:
+      batches = pairs.kitti_pair_batches(pairs_dir, (config.data.eval_crop_height, config.data.eval_crop_width))
+    else:
+      batches = from_config.eval_iterator(config)
+    result = evaluator.run(loaded.model, loaded.variables, batches, max_batches=config.num_eval_batches,
+                           progress=progress)
   name = f"{config.variant}@{tag}"
   extra = {"checkpoint": checkpoint, "checkpoint_step": loaded.meta.get("step"), "variant": config.variant,
            "loss": from_config.variant_loss(config), "data": data, "checkpoint_identity": loaded.identity,

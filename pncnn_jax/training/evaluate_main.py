@@ -4,7 +4,9 @@ r"""Evaluates a checkpoint: `python eval.py --config configs/kitti.py:pncnn --wo
 (`synthetic:pncnn_masked`, see pncnn_jax/pretrained), an official pNCNN `.pth.tar` / `.npz` state dict, or for an
 ensemble config its members separated by commas. Prints the metrics table and writes results.{json,csv,md} and the
 evaluation's figures (sparsification.png and panels.png of a depth model) to --output (default
-DIR/eval_<checkpoint>). `--pairs_dir` evaluates KITTI velodyne_raw/groundtruth PNG pairs found under a directory
+DIR/eval_<checkpoint>). `--sensors hdl64,vlp16,vo_015` evaluates a depth model on the same split seen by each of
+these sensors (pncnn_jax.data.sensors) and writes one row per sensor with its ratios to the first's (or
+`--reference_sensor`'s). `--pairs_dir` evaluates KITTI velodyne_raw/groundtruth PNG pairs found under a directory
 (bottom 352x1216 crop) instead of the config's split. Evaluation never builds the training pipeline. The output
 folder is one evaluation's at a time (a second eval.py, predict or bag command on it stops at once, naming the
 first) and records the checkpoint that wrote it in pncnn_writer.json: the reports of another checkpoint or other
@@ -38,6 +40,10 @@ def define_flags() -> None:
       overwrite=flags.DEFINE_bool("overwrite", False, "replace the reports in --output that another checkpoint or "
                                   "other settings wrote (default: refused, naming them)"),
       pairs_dir=flags.DEFINE_string("pairs_dir", None, "evaluate the KITTI PNG pairs under this directory instead"),
+      sensors=flags.DEFINE_list("sensors", None, "evaluate the depth model on the split seen by each of these sensors "
+                                "(names of pncnn_jax.data.sensors, e.g. hdl64,hdl32,vlp16,vo_015): one row each"),
+      reference_sensor=flags.DEFINE_string("reference_sensor", None, "with --sensors: the sensor the ratios are "
+                                           "taken to (default: the first)"),
       allow_mismatch=flags.DEFINE_bool("allow_mismatch", False, "evaluate a checkpoint trained on another dataset, "
                                        "variant, loss or input scaling than --config says (refused otherwise)"),
       allow_fallback=flags.DEFINE_bool("allow_fallback", False, "--checkpoint best/latest: evaluate the newest "
@@ -77,6 +83,7 @@ def run(argv) -> None:
     checkpoint.evaluate_checkpoint(f["config"], f["workdir"], f["checkpoint"], pairs_dir=f["pairs_dir"],
                                    output_dir=f["output"], allow_mismatch=f["allow_mismatch"],
                                    allow_fallback=f["allow_fallback"], overwrite=f["overwrite"],
+                                   sensors=f["sensors"], reference_sensor=f["reference_sensor"],
                                    progress=cli.progress_from_flags(_FLAGS["progress"], f["config"]))
   except FloatingPointError as e:  # a diverged checkpoint
     fail(e, 1)

@@ -1,4 +1,4 @@
-"""Behaviour across sensors (pncnn_jax.experiments.sensors): the simulated sensors and the page's command."""
+"""Behaviour across sensors (pncnn_jax.experiments.sensors): the generator's thinned LiDAR and the page's command."""
 
 import json
 
@@ -28,31 +28,24 @@ def test_fewer_beams_keep_every_other_laser_of_the_same_scan():
     synthetic.generate(0, 0, synthetic.SyntheticConfig(lidar_beams=48), window=window)
 
 
-def test_visual_odometry_points_are_sparse_noisy_surface_points():
-  b = sensors.sensor_batch("vo", [0, 1], (128, 384))
-  assert b["sparse"].shape == (2, 128, 384, 1) and not b["disturbed"].any()
-  density = np.mean(b["sparse"] > 0)
-  assert 0.0008 < density < 0.0022, density  # VO_DENSITY of the pixels with a surface within range
-  lidar = sensors.sensor_batch("lidar64", [0, 1], (128, 384))
-  dense = np.stack([synthetic.generate(0, i, window=(112, 416, 128, 384), stream=2)["dense"] for i in (0, 1)])
-  pts = b["sparse"] > 0
-  assert np.abs(b["sparse"][pts] - dense[pts]).max() < 0.2  # 2 cm noise: within 10 sigma of the visible surface
-  np.testing.assert_array_equal(b["target"], lidar["target"])
-  with pytest.raises(ValueError, match="sensor must be one of"):
-    sensors.sensor_batch("radar", [0], (64, 96))
-
-
-def test_the_command_writes_the_table_with_ratios_to_the_training_sensor(tmp_path, capsys):
+def test_the_command_writes_the_table_with_ratios_to_64_beams_and_checks_the_targets(tmp_path, capsys):
   out = tmp_path / "SENSORS.md"
-  assert sensors.main(["--output", str(out), "--models", "ncnn", "--sensors", "lidar16,vo", "--num_scenes", "2",
-                       "--crop", "64x96"]) == 0
+  assert sensors.main(["--output", str(out), "--models", "ncnn,masked=synthetic:pncnn_masked", "--recommended",
+                       "masked", "--sensors", "thin4,vo_015", "--num_scenes", "2", "--crop", "64x96"]) == 0
   page = out.read_text()
-  rows = [line for line in page.splitlines() if line.startswith("| ncnn |")]
-  assert [r.split(" | ")[1] for r in rows] == ["lidar64", "lidar16", "vo"]  # the reference row first
-  assert "x) |" in rows[1] and rows[0].endswith("| - |")  # ratios; NCNN has no sigma: no AUCE
+  table = page.split("## Targets of the sensor-robust model")[0]
+  rows = [line.split(" | ") for line in table.splitlines() if line.startswith(("| ncnn |", "| masked |"))]
+  assert [r[:2] for r in rows] == [["| ncnn", s] for s in ("hdl64", "thin4", "vo_015")] + [
+      ["| masked", s] for s in ("hdl64", "thin4", "vo_015")]  # the reference row first
+  assert "×)" in rows[1][3] and rows[0][-4] == "-"  # ratios; NCNN has no sigma: no coverage
   data = json.loads(out.with_suffix(".json").read_text())
-  assert [r["sensor"] for r in data["rows"]] == ["lidar64", "lidar16", "vo"]
-  assert data["rows"][0]["density"] > data["rows"][1]["density"] > data["rows"][2]["density"] > 0
-  assert "- **ncnn** (trained sensor: MAE" in page
+  got = data["results"]["masked"]
+  assert list(got) == ["hdl64", "thin4", "vo_015"]
+  assert got["hdl64"]["density"] > got["thin4"]["density"] > got["vo_015"]["density"] > 0
+  assert got["thin4"]["mae_ratio"] == pytest.approx(got["thin4"]["mae"] / got["hdl64"]["mae"])
+  targets = page.split("## Targets of the sensor-robust model")[1]
+  assert "| masked | hdl64 | 64 beams | - |" in targets and "| ncnn |" not in targets  # only models with sigma
+  verdict = "holds" if got["thin4"]["mae_ratio"] <= 1.6 else "misses"
+  assert f"| masked | thin4 | 16 beams | {got['thin4']['mae_ratio']:.2f}x (<= 1.6: {verdict}) |" in targets
   assert sensors.main(["--output", str(out), "--sensors", "sonar"]) == 2
-  assert "error: --sensors must be among" in capsys.readouterr().err
+  assert "error: --sensors: unknown sensor or sensor mixture 'sonar'" in capsys.readouterr().err

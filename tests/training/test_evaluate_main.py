@@ -17,6 +17,6 @@ def test_importing_the_program_loads_no_jax_and_help_lists_its_flags():
   r = subprocess.run([sys.executable, "eval.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120,
                      env={"PATH": "", "PYTHONPATH": str(REPO), "PNCNN_NO_HUGEPAGES": "1"})
   for flag in ("--config", "--workdir", "--checkpoint", "--output", "--[no]overwrite", "--pairs_dir",
-               "--[no]allow_mismatch", "--[no]allow_fallback", "--progress"):
+               "--[no]allow_mismatch", "--[no]allow_fallback", "--progress", "--sensors", "--reference_sensor"):
     assert f"  {flag}:" in r.stdout, flag
   assert "Also installed as `pncnn-eval`" in r.stdout and "configs/ensemble_synthetic.py" in r.stdout
