@@ -144,19 +144,23 @@ def evaluate_family(workdir: pathlib.Path, scale: str, cache_dir: str, name: str
 # Cost per frame
 
 
-def _time(fn: Callable, *args) -> tuple[float, float]:
-  """(median seconds of TIMING_REPEATS calls after the first, planned peak bytes of the compiled program)."""
+def _time(fn: Callable, *args) -> tuple[float, float, float]:
+  """(median seconds of TIMING_REPEATS calls after the first, planned peak bytes of the compiled program, its
+  floating-point operations by XLA's cost analysis)."""
   compiled = jax.jit(fn).lower(*args).compile()
   mem = compiled.memory_analysis()
   peak = float(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
                - mem.alias_size_in_bytes) if mem is not None else float("nan")
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops = float((cost or {}).get("flops", float("nan")))
   jax.block_until_ready(compiled(*args))
   times = []
   for _ in range(TIMING_REPEATS):
     t = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     times.append(time.perf_counter() - t)
-  return float(np.median(times)), peak
+  return float(np.median(times)), peak, flops
 
 
 def measure_costs(frame: tuple[int, int]) -> dict[str, Any]:
@@ -167,21 +171,24 @@ def measure_costs(frame: tuple[int, int]) -> dict[str, Any]:
   out: dict[str, Any] = {"frame": list(frame), "device": str(jax.devices()[0]), "date": time.strftime("%Y-%m-%d")}
   pn = models.build_model("pncnn")
   pv = models.init_variables(pn, jax.random.key(0))
-  secs, peak = _time(lambda v, x: pn.apply(v, x).depth, pv, x)
-  out["pncnn"] = {"seconds": secs, "peak_bytes": peak, "passes": 1, "params": models.count_params(pv["params"])}
+  secs, peak, flops = _time(lambda v, x: pn.apply(v, x).depth, pv, x)
+  out["pncnn"] = {"seconds": secs, "peak_bytes": peak, "flops": flops, "passes": 1,
+                  "params": models.count_params(pv["params"])}
   mc, det = baselines_model.build_baseline("s2d_mcdropout"), baselines_model.build_baseline("s2d")
   sv = jax.jit(lambda k: det.init(k, jnp.zeros((1, 32, 64, 1), jnp.float32)))(jax.random.key(0))
   loss = baselines_losses.LOSS_NAME
   for m in predictive.MC_DROPOUT_M:
     keys = predictive.dropout_keys(MC_SEED, m)
-    secs, peak = _time(lambda v, x, k: predictive.predictive(*predictive.mc_dropout_members(mc, v, x, k, loss)),
-                       sv, x, keys)
-    out[f"mc_dropout {m}"] = {"seconds": secs, "peak_bytes": peak, "passes": m,
+    secs, peak, flops = _time(
+        lambda v, x, k: predictive.predictive(*predictive.mc_dropout_members(mc, v, x, k, loss)), sv, x, keys)
+    out[f"mc_dropout {m}"] = {"seconds": secs, "peak_bytes": peak, "flops": flops, "passes": m,
                               "params": baselines_model.PARAMS_RESNET18}
   for m in predictive.ENSEMBLE_M:
     stacked = ensemble_members.stack_trees([sv] * m)
-    secs, peak = _time(lambda v, x: predictive.predictive(*predictive.ensemble_members(det, v, x, loss)), stacked, x)
-    out[f"ensemble {m}"] = {"seconds": secs, "peak_bytes": peak, "passes": m,
+    secs, peak, flops = _time(lambda v, x: predictive.predictive(*predictive.ensemble_members(det, v, x, loss)),
+                              stacked, x)
+    # the members run in a loop (lax.map on CPU), whose body XLA's cost analysis counts once: M x that
+    out[f"ensemble {m}"] = {"seconds": secs, "peak_bytes": peak, "flops": flops * m, "passes": m,
                             "params": m * baselines_model.PARAMS_RESNET18}
   return out
 
