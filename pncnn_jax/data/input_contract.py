@@ -30,6 +30,10 @@ for inputs of 1e20 m and NaN near float32's maximum. Such inputs are refused her
 The check is done in float64 on the values as given, so float64 inputs beyond float32's range are refused rather
 than rounded to inf (no measurement).
 
+Input density (`input_density`, the one measure every entry reports per frame): how much of the frame a sensor
+covers, independent of how many rows above (or below) the sensor's field the image has. See its docstring for the
+equation; a model's manifest records the range of it that the model was trained on (docs/deploy/sensors.md).
+
 The exported graphs (StableHLO, ONNX) cannot refuse an input: they read NaN and +-inf as no measurement too
 (`pncnn_jax.nn.models.PNCNN`, `pncnn_jax.inference.completer.support_mask`), and a deployment feeding them checks
 units and signs itself (export.json states the contract).
@@ -196,3 +200,39 @@ def check_same_size(size: Sequence[int], expected: Sequence[int], *, name: str, 
   if (h, w) != (eh, ew):
     raise ValueError(f"{name}: {h}x{w} pixels (HxW), but {source} is {eh}x{ew}; a depth image and its camera must "
                      "have one size")
+
+
+DENSITY_MEASURE = "rows_spanned"  # the name of `input_density`'s measure, as models' manifests record it
+
+
+def input_density(depth, *, name: str = "input", layouts: Sequence[Layout] = (HW, BHW)) -> np.ndarray:
+  r"""The input density of each frame: the share of pixels holding a measurement within the rows spanned by
+  measurements (DENSITY_MEASURE 'rows_spanned'),
+
+      density = N / ((r_last - r_first + 1) W)
+
+  where N is the number of measurements (finite values > 0; 0, NaN and +-inf are none, as in
+  `check_sparse_depth`), r_first and r_last the first and last row holding one, and W the frame's width. A frame
+  without any measurement has density 0. Rows outside [r_first, r_last] (the sky above a LiDAR, the car's bonnet
+  below it) do not count, so cropping empty rows off a frame, or padding it with them, leaves its density as it
+  is; removing measurements lowers it (unless the first or last row loses all of its own, which shrinks the span:
+  thinning every k-th laser keeps the top one). Unitless, in [0, 1]; a 64-beam LiDAR in a KITTI camera frame is
+  about 0.06, a visual-odometry front end 0.0005-0.005. It describes a window of several of a LiDAR's lines: a
+  crop that holds only one or two has just their own rows as its span, and measures the lines' density.
+
+  Args:
+    depth: sparse depth in one of `layouts` (metres; only where it is > 0 and finite matters).
+    name, layouts: as `check_layout`'s.
+  Returns:
+    (B,) float64 densities (B = 1 for layouts without a batch axis).
+  """
+  frames, _ = as_frames(depth, name=name, layouts=layouts)
+  a = frames.astype(np.float64)
+  has = np.isfinite(a) & (a > 0)
+  rows = has.any(axis=2)  # (B, H)
+  out = np.zeros(has.shape[0], np.float64)
+  for i in np.flatnonzero(rows.any(axis=1)):
+    first, last = np.flatnonzero(rows[i])[[0, -1]]
+    out[i] = has[i].sum() / ((last - first + 1) * has.shape[2])
+  return out
+

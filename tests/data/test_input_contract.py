@@ -156,6 +156,63 @@ def test_same_size():
                           "image and its camera must have one size")
 
 
+def test_input_density_is_the_share_of_the_spanned_rows_measured():
+  """The equation: measurements / ((last - first + 1) W); NaN, +-inf and 0 are no measurement; 0 without any;
+  one value per frame of a batch."""
+  frame = np.zeros((5, 4))
+  frame[1, :2] = 3.0
+  frame[3, 1] = 7.0
+  frame[2, 3], frame[4, 0], frame[0, 0] = np.nan, np.inf, -np.inf  # no measurement: rows 0 and 4 stay empty
+  np.testing.assert_array_equal(input_contract.input_density(frame), [3 / 12])
+  np.testing.assert_array_equal(input_contract.input_density(np.stack([frame, np.zeros((5, 4)), np.ones((5, 4))])),
+                                [0.25, 0.0, 1.0])
+  assert input_contract.DENSITY_MEASURE == "rows_spanned"
+  with pytest.raises(ValueError, match=r"^scan: expected depth \(H, W\) or \(B, H, W\)"):
+    input_contract.input_density(np.zeros((1, 2, 3, 4)), name="scan")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_input_density_properties(seed):
+  """Over random sparse frames: adding or cropping empty rows above and below leaves the density as it is (a sky
+  of any height); removing measurements while the first and last rows keep theirs lowers it; and so does keeping
+  every k-th row (a sparser LiDAR of the same vertical field: every k-th row from the first, the last one kept)."""
+  rng = np.random.default_rng(seed)
+  h, w = rng.integers(4, 40), rng.integers(4, 60)
+  frame = np.where(rng.random((h, w)) < rng.uniform(0.02, 0.6), rng.uniform(1, 80, (h, w)), 0.0)
+  frame[0, rng.integers(w)] = frame[-1, rng.integers(w)] = 5.0
+  d = input_contract.input_density(frame)[0]
+  above, below = rng.integers(0, 30, 2)
+  assert input_contract.input_density(np.pad(frame, ((above, below), (0, 0))))[0] == d
+  empty_rows = np.zeros((above, w))
+  assert input_contract.input_density(np.vstack([empty_rows, frame, np.full((below, w), np.nan)]))[0] == d
+  rows = np.flatnonzero((frame > 0).any(axis=1))
+  assert input_contract.input_density(frame[rows[0]:rows[-1] + 1])[0] == d
+  keep = rng.random((h, w)) < rng.uniform(0.0, 0.9)
+  keep[0], keep[-1] = frame[0] > 0, frame[-1] > 0  # the span's ends keep their measurements
+  thinned = np.where(keep, frame, 0.0)
+  if (thinned > 0).sum() < (frame > 0).sum():
+    assert input_contract.input_density(thinned)[0] < d
+  k = int(rng.integers(2, 5))
+  every = np.zeros_like(frame)
+  every[::k], every[-1] = frame[::k], frame[-1]
+  if (every > 0).sum() < (frame > 0).sum():
+    assert input_contract.input_density(every)[0] < d
+
+
+def test_input_density_of_a_real_scan_halves_with_every_other_laser():
+  """KITTI's velodyne_raw frame (an HDL-64E, 375 x 1242) and the same thinned to every 2nd and 4th laser
+  (`sensors.thin_depth`): 6.1 %, then about a half and a quarter of it."""
+  from pncnn_jax.data import io, pipeline, sensors  # pylint: disable=g-import-not-at-top
+
+  from conftest import DATA  # pylint: disable=g-import-not-at-top
+  depth = io.read_png_uint16(DATA / "kitti_depth_mini" / "train" / "2011_09_26_drive_0001_sync" / "proj_depth" /
+                             "velodyne_raw" / "image_02" / "0000000005.png") / 256.0
+  K, T = pipeline.kitti_camera(*depth.shape)
+  d = [input_contract.input_density(sensors.thin_depth(depth, k, K, T))[0] for k in (1, 2, 4)]
+  assert 0.060 < d[0] < 0.062, d
+  assert 0.45 < d[1] / d[0] < 0.55 and 0.22 < d[2] / d[0] < 0.28, d
+
+
 def _message(fn) -> str:
   with pytest.raises(ValueError) as e:
     fn()
