@@ -40,7 +40,9 @@ class Loaded:
 
   Attributes:
     variables: {'params', 'batch_stats'?}, numpy or jax arrays; leaves (K, ...) for an ensemble.
-    meta: the checkpoint's metadata (training: variant, loss, step, config, ...; official: `load_official`'s info).
+    meta: the checkpoint's metadata (training: variant, loss, step, config, ...; official: `load_official`'s info;
+      a shipped model: its manifest's variant, loss, config, step and `input_density`, the input density range it
+      was trained on, or None).
     variant: the model variant (a key of `models.VARIANTS`).
     loss: the loss the model was trained with (decides its sigma, `losses.precision_of`).
     model_settings: `models.PNCNN` keyword arguments besides the variant's (e.g. conv_precision).
@@ -92,7 +94,8 @@ def load(checkpoint: str | os.PathLike, *, workdir: str | os.PathLike | None = N
   if pretrained.parse(checkpoint) is not None and not os.path.exists(checkpoint):
     variables, manifest = pretrained.load(checkpoint)
     meta = {"variant": manifest["variant"], "loss": manifest["config"].get("loss") or None,
-            "config": manifest["config"], "step": manifest.get("step"), "pretrained": checkpoint}
+            "config": manifest["config"], "step": manifest.get("step"), "pretrained": checkpoint,
+            "input_density": manifest.get("input_density")}  # the range it was trained on; None: unknown
   elif checkpoint in ("best", "latest"):
     if not workdir:
       raise ValueError(f"--checkpoint={checkpoint} needs --workdir (the training run)")

@@ -85,6 +85,17 @@ def check_sensors(name: str, dataset: str) -> None:
   d = DATASETS[dataset]
   sensors.check_for_dataset(name, dataset, d.sensor_sources, d.native_lidar)
 
+
+def describe_sensors(dataset: str, name: str = "") -> str:
+  """Words for the sensor(s) a stream of `dataset` draws (`name`: its `sensors`, '' or 'native' = the dataset's
+  own), as messages name what a model was trained on: 'synthetic 64-beam LiDAR', 'kitti_depth 64-beam LiDAR',
+  "nyu_depth's own sparse input", "synthetic, sensors 'lidar_mix'"."""
+  own = DATASETS[dataset].native_lidar if dataset in DATASETS else ""
+  if name in ("", "native"):
+    return f"{dataset} {sensors.lidar(own).beams}-beam LiDAR" if own else f"{dataset}'s own sparse input"
+  return f"{dataset}, sensors {name!r}"
+
+
 _SYNTHETIC_STREAM = {"train": 0, "val": 1, "test": 2}
 
 

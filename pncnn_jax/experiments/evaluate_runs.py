@@ -32,7 +32,7 @@ from pncnn_jax import data, from_config, pretrained, uncertainty
 from pncnn_jax.checkpoints import loader
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.evaluate import depth as evaluate_depth
-from pncnn_jax.experiments import runner
+from pncnn_jax.experiments import input_density, runner
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.nn import models
 
@@ -305,7 +305,8 @@ def trained_by(workdir: pathlib.Path, run: runs_lib.Run) -> str | None:
 
 def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], directory: pathlib.Path,
                  runs: Sequence[runs_lib.Run] = runs_lib.RUNS) -> None:
-  """Writes the final variables + manifest (`pncnn_jax.pretrained.save`) of each finished run of `runs`."""
+  """Writes the final variables + manifest (`pncnn_jax.pretrained.save`) of each finished run of `runs`, the
+  manifest with the input density its training stream had (`input_density.measure`)."""
   evals = summary["runs"]
   for run in [r for r in runs if runs_lib.finished(workdir, r, scale)]:
     config, _, variables, meta = load_run(workdir, run, scale)
@@ -335,5 +336,6 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
       manifest["trained_by"] = how
     manifest["check"] = {"scenes": f"the first {CHECK_SCENES} validation scenes",
                          **check_metrics(config, variables)}
+    manifest["input_density"] = input_density.measure(config)  # what predict and the bag command check frames by
     pretrained.save(variables, manifest, directory, run.name)
     print(f"[{run.name}] shipped to {directory}/{run.name}.npz", flush=True)

@@ -22,8 +22,9 @@ Two forms of each model with a learned input confidence are trained (`pncnn_jax.
 The parity variants are untouched: `mask_input_confidence` defaults to False.
 
 `--ship DIR` writes the final weights of each finished run (of `--only`, when given) as DIR/<name>.npz plus
-DIR/<name>.json (the manifest: command, commit, steps, device, time, recipe and the validation metrics it
-reached), loadable by name (`--checkpoint synthetic:<name>`).
+DIR/<name>.json (the manifest: command, commit, steps, device, time, recipe, the validation metrics it
+reached and the input density range it was trained on, `pncnn_jax.experiments.input_density`), loadable by name
+(`--checkpoint synthetic:<name>`).
 
 The baselines of the paper's headline comparison (MC-Dropout and deep ensembles of a Sparse-to-Dense network,
 `pncnn_jax.experiments.runs.BASELINES`) train only when named: `--only s2d_mcdropout,s2d_ensemble8` trains the

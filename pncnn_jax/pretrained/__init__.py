@@ -5,7 +5,9 @@ Each model is two files in `pncnn_jax/pretrained/<dataset>/`:
   <name>.npz   the variables, one array per leaf, keyed by the '/'-joined tree path
                ('params/nconv/nconv1/w_p', 'batch_stats/conf_estimator/inc/bn0/mean', ...), float32
   <name>.json  the manifest: how the weights were made (command, commit, recipe, steps, device, wall time),
-               the run's full config (what `pncnn_jax.training.loop.build_model` needs) and the metrics they reached
+               the run's full config (what `pncnn_jax.training.loop.build_model` needs), the metrics they reached
+               and the input density they were trained on ('input_density': the range predict, the bag command
+               and the Completer check each frame against; pncnn_jax.experiments.input_density)
 
 `python -m pncnn_jax.experiments.reproduce --ship pncnn_jax/pretrained/synthetic` writes them (`save`); `load(spec)`
 reads them back. Only weights that pncnn_jax trained are shipped here: the official checkpoints are GPLv3 and
@@ -67,6 +69,20 @@ def save(variables: Mapping[str, Any], manifest: Mapping[str, Any], directory: s
   tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=json_default) + "\n")
   os.replace(tmp, js)
   return npz, js
+
+
+def update_manifest(directory: str | os.PathLike, name: str, fields: Mapping[str, Any]) -> pathlib.Path:
+  """Adds (or replaces) top-level `fields` of <directory>/<name>.json, the rest as it was (written as `save` writes
+  it, to a temporary name first, then renamed); the weights are not touched. E.g. a field measured after the
+  model was shipped (`input_density`, pncnn_jax.experiments.input_density)."""
+  js = pathlib.Path(directory) / f"{name}.json"
+  if not js.is_file():
+    raise FileNotFoundError(f"{js}: no such manifest")
+  manifest = {**json.loads(js.read_text()), **fields}
+  tmp = js.with_name(f".{name}.json.tmp")
+  tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=json_default) + "\n")
+  os.replace(tmp, js)
+  return js
 
 
 def json_default(o: Any) -> Any:

@@ -84,6 +84,8 @@ def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
       summary["runs"]["ncnn_oracle_c0"]["metrics"]["mae"], rel=1e-6)  # the same evaluation, measured twice
   variables, manifest = pretrained.load("synthetic:ncnn_conf_l1_masked", root=ship.parent)
   assert manifest["mask_input_confidence"] is True and manifest["step"] == 6
+  density = manifest["input_density"]  # measured on the run's own training stream: its 8 scenes
+  assert density["examples"] == 8 and density["train_crop"]["size"] == [32, 64] and density["low"] < density["high"]
   assert (manifest["config"]["variant"] == "ncnn_conf_l1"
           and manifest["config"]["model"]["mask_input_confidence"] is True)
   import ml_collections
