@@ -7,6 +7,7 @@ r"""One call from sparse depth in metres to dense depth and its uncertainty in m
   out = completer(sparse_m)   # numpy (H, W) or (B, H, W) metres; 0, NaN or +-inf = no measurement
   out.depth, out.sigma, out.output_confidence, out.input_confidence, out.support, out.clamped, out.out_of_range
   out.valid   # support & ~clamped: where depth and sigma are numbers; NaN elsewhere (fill_unsupported=False)
+  out.input_density, out.density_in_range   # the frame's input density, and whether the model was trained on it
 
 What a call does, in order (each step is part of the contract):
   1. checks the input against the input contract (`pncnn_jax.data.input_contract.check_sparse_depth`, the one
@@ -17,6 +18,12 @@ What a call does, in order (each step is part of the contract):
      on (`input_range_m`, from the dataset the checkpoint records, `TRAINED_INPUT_RANGE_M`): the networks do not
      extrapolate (a shipped model maps 150 m points to 33 m, and 10 km points, which step 1 refuses, to 2.7 mm).
      The prediction is still returned, with `out.out_of_range` marking those input pixels.
+  2b. measures each frame's input density (`pncnn_jax.data.input_contract.input_density`: the share of pixels
+     holding a measurement within the rows spanned by measurements) and warns (`InputDensityWarning`, one per
+     frame) when it lies outside the range the model was trained on (`trained_density`, from a shipped model's
+     manifest: a 64-beam LiDAR's for the shipped models; docs/deploy/sensors.md). The shipped models degrade badly
+     on sparser input (docs/results/SENSORS.md: 1.6-2.7x the MAE at 32 beams). Checkpoints without such a record
+     (official .pth.tar, training runs) have an unknown range: the density is given, nothing is checked.
   3. zero-pads each frame at the bottom and right to a multiple of `multiple` (8: three 2x2 poolings; at least 8),
      runs the model on every frame of the batch at once under `jax.jit` (one compilation per padded batch shape,
      shared by every Completer of the same model; on whatever device jax uses), and crops back to (H, W).
@@ -82,6 +89,74 @@ TRAINED_INPUT_RANGE_M: dict[str, tuple[float, float]] = {
 
 class InputRangeWarning(UserWarning):
   """Input depths lie beyond the range the model was trained on (`Completer.input_range_m`)."""
+
+
+class InputDensityWarning(UserWarning):
+  """A frame's input density lies outside the range the model was trained on (`Completer.trained_density`)."""
+
+
+DENSITY_PAGE = "docs/deploy/sensors.md"  # which model for which sensor: where the density warning points
+
+
+def density_text(density: float) -> str:
+  """An input density (a fraction) as percent for messages: one decimal, two under 1 % ('6.1', '0.15')."""
+  pct = 100 * float(density)
+  return f"{pct:.2f}" if pct < 1 else f"{pct:.1f}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedDensity:
+  """The input density range a model was trained on: its manifest's 'input_density' record
+  (pncnn_jax.experiments.input_density: the 1st-99th percentiles of its training stream's densities, in its train
+  crop and in whole frames), in the measure of `pncnn_jax.data.input_contract.input_density`.
+
+  Attributes:
+    low, high: the range, fractions of the pixels (unitless, 0-1).
+    trained_on: words for the sensor it was measured on ('synthetic 64-beam LiDAR').
+  """
+
+  low: float
+  high: float
+  trained_on: str
+
+  @classmethod
+  def from_record(cls, record: Any) -> "TrainedDensity | None":
+    """The range of a manifest's record, or None (unknown) for none, or one in another measure than
+    `input_contract.DENSITY_MEASURE` (not comparable), or one that is not a range of fractions."""
+    if not isinstance(record, dict) or record.get("measure") != input_contract.DENSITY_MEASURE:
+      return None
+    try:
+      low, high = float(record["low"]), float(record["high"])
+    except (KeyError, TypeError, ValueError):
+      return None
+    if not (0.0 <= low <= high <= 1.0):
+      return None
+    return cls(low, high, str(record.get("trained_on") or record.get("sensors") or "its training data"))
+
+  @classmethod
+  def common(cls, ranges: Sequence["TrainedDensity | None"]) -> "TrainedDensity | None":
+    """The range every member of an ensemble was trained on (their intersection); None when one is unknown or
+    they share none."""
+    if not ranges or any(r is None for r in ranges):
+      return None
+    low, high = max(r.low for r in ranges), min(r.high for r in ranges)
+    names = {r.trained_on for r in ranges}
+    return cls(low, high, names.pop() if len(names) == 1 else "its members' training data") if low <= high else None
+
+  def contains(self, density):
+    """Whether `density` (a fraction, or an array of them) lies in [low, high]."""
+    return (np.asarray(density) >= self.low) & (np.asarray(density) <= self.high)
+
+  def __str__(self) -> str:
+    return f"{density_text(self.low)}-{density_text(self.high)} % ({self.trained_on})"
+
+  def warning(self, density: float, name: str = "input") -> str:
+    """The warning of a frame outside the range: '<name>: input density 1.2 % is below the 6.0-10.3 % this model
+    was trained on (synthetic 64-beam LiDAR): expect larger errors; see docs/deploy/sensors.md'."""
+    side = "below" if density < self.low else "above"
+    return (f"{name}: input density {density_text(density)} % is {side} the {density_text(self.low)}-"
+            f"{density_text(self.high)} % this model was trained on ({self.trained_on}): expect larger errors; see "
+            f"{DENSITY_PAGE}")
 
 
 def support_mask(sparse_bhw1: jax.Array) -> jax.Array:
@@ -153,6 +228,11 @@ class Completion:
       `fill_unsupported`).
     out_of_range: bool: input measurements beyond the model's trained input range (`Completer.input_range_m`);
       all False when the range is unknown.
+    input_density: the frame's input density (`pncnn_jax.data.input_contract.input_density`: the share of pixels
+      holding a measurement within the rows spanned by measurements, a fraction): a float for an (H, W) input,
+      (B,) float64 for a batch.
+    density_in_range: whether it lies in the range the model was trained on (`Completer.trained_density`): a bool,
+      (B,) bool for a batch; None when that range is unknown (official checkpoints, training runs).
   """
 
   depth: np.ndarray
@@ -162,6 +242,8 @@ class Completion:
   support: np.ndarray
   clamped: np.ndarray
   out_of_range: np.ndarray
+  input_density: float | np.ndarray = 0.0
+  density_in_range: bool | np.ndarray | None = None
 
   @property
   def valid(self) -> np.ndarray:
@@ -221,6 +303,7 @@ class Completer:
     loss: the loss it was trained with (decides whether it has a sigma; None: unknown, no sigma).
     has_sigma: whether `Completion.sigma` is given (a probabilistic loss, or an ensemble).
     input_range_m: (smallest, largest) input depth [m] it was trained on, or None when unknown.
+    trained_density: the input density range it was trained on (`TrainedDensity`), or None when unknown.
     multiple: the padding multiple. name: what it was loaded from (for messages).
     fill_unsupported: False (default): depth and sigma are NaN outside `Completion.valid`; True: every pixel keeps
       the network's value (depth clamped at 0), the dense output of predict's --fill_unsupported.
@@ -229,7 +312,8 @@ class Completer:
   def __init__(self, model: models.PNCNN, variables: dict[str, Any], *, loss: str | None,
                input_range_m: tuple[float, float] | None = None, multiple: int = MULTIPLE,
                fusion_rule: str | None = None, precision_scales: Sequence[float] | None = None,
-               name: str = "model", fill_unsupported: bool = False):
+               name: str = "model", fill_unsupported: bool = False,
+               trained_density: TrainedDensity | None = None):
     if int(multiple) != multiple or multiple < 1:
       raise ValueError(f"pad multiple must be an integer >= 1, got {multiple}")
     if fusion_rule is not None and fusion_rule not in fusion.FUSION_RULES:
@@ -237,6 +321,7 @@ class Completer:
     self.model, self.loss, self.name = model, loss, name
     self.variables = jax.device_put(variables)
     self.input_range_m = input_range_m
+    self.trained_density = trained_density
     self.multiple = int(multiple)
     self.fusion_rule = fusion_rule
     self.fill_unsupported = bool(fill_unsupported)
@@ -290,14 +375,16 @@ class Completer:
                          f"{m.model_settings})")
     ranges = {input_range_of(m.identity.get("dataset")) for m in members}
     input_range = ranges.pop() if len(ranges) == 1 else None
+    density = TrainedDensity.common([TrainedDensity.from_record(m.meta.get("input_density")) for m in members])
     if len(names) == 1:
       title = names[0] if first.variant in names[0] else f"{first.variant} ({names[0]})"
       return cls(first.build_model(), first.variables, loss=first.loss, input_range_m=input_range,
-                 multiple=multiple, name=title, fill_unsupported=fill_unsupported)
+                 multiple=multiple, name=title, fill_unsupported=fill_unsupported, trained_density=density)
     rule = fusion or "weighted_mean"
     return cls(first.build_model(), ensemble_members.stack_trees([m.variables for m in members]), loss=first.loss,
                input_range_m=input_range, multiple=multiple, fusion_rule=rule, precision_scales=precision_scales,
-               name=f"ensemble of {len(names)} {first.variant} fused by {rule}", fill_unsupported=fill_unsupported)
+               name=f"ensemble of {len(names)} {first.variant} fused by {rule}", fill_unsupported=fill_unsupported,
+               trained_density=density)
 
   # ------------------------------------------------------------------------------------------------ running
 
@@ -317,6 +404,12 @@ class Completer:
     lo, hi = self.input_range_m
     return (sparse_bhw > 0) & ((sparse_bhw < lo) | (sparse_bhw > hi))
 
+  def density(self, sparse_bhw: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(input density (B,), whether each lies in `trained_density` (B,) bool, or None when that is unknown) of a
+    checked (B, H, W) input (step 2b)."""
+    d = input_contract.input_density(sparse_bhw, name="input", layouts=(input_contract.BHW,))
+    return d, None if self.trained_density is None else self.trained_density.contains(d)
+
   def forward(self, sparse_bhw: np.ndarray) -> dict[str, np.ndarray]:
     """The raw network fields of a checked (B, H, W) input [m]: {depth [m] (not clamped), confidence (the model's:
     precision [1/m^2], or the NConv confidence for L1/L2 models; an ensemble's fused precision),
@@ -332,7 +425,8 @@ class Completer:
 
     Returns a `Completion` whose arrays have the input's shape (see its docstring for each field's meaning and
     unit). Raises ValueError naming `name` for an input the input contract refuses (step 1); warns
-    `InputRangeWarning` when measurements lie outside `input_range_m` (module doc).
+    `InputRangeWarning` when measurements lie outside `input_range_m` and `InputDensityWarning` for each frame
+    whose input density lies outside `trained_density` (module doc).
     """
     single = np.ndim(sparse_m) == 2
     sparse = self.check_input(sparse_m, name=name)
@@ -343,6 +437,11 @@ class Completer:
       warnings.warn(f"{name}: {int(far.sum())} measurement(s) outside the {lo:g}-{hi:g} m this model was trained on "
                     f"({v.min():.4g}-{v.max():.4g} m); its depth and sigma near them are extrapolations",
                     InputRangeWarning, stacklevel=2)
+    density, inside = self.density(sparse)
+    if inside is not None:
+      for i in np.flatnonzero(~inside):
+        warnings.warn(self.trained_density.warning(float(density[i]), name if single else f"{name} frame {i}"),
+                      InputDensityWarning, stacklevel=2)
     raw = self.forward(sparse)
     depth = raw["depth"]
     clamped = depth < 0
@@ -358,11 +457,14 @@ class Completer:
     fields = {"depth": depth, "sigma": sigma,
               "output_confidence": raw["output_confidence"].astype(np.float32),
               "input_confidence": raw["input_confidence"].astype(np.float32), "support": support,
-              "clamped": clamped, "out_of_range": far}
+              "clamped": clamped, "out_of_range": far, "input_density": density, "density_in_range": inside}
     if single:
       fields = {k: None if v is None else v[0] for k, v in fields.items()}
+      fields["input_density"] = float(fields["input_density"])
+      fields["density_in_range"] = None if inside is None else bool(fields["density_in_range"])
     return Completion(**fields)
 
   def __repr__(self) -> str:
     return (f"Completer({self.name}, loss={self.loss}, sigma={'yes' if self.has_sigma else 'no'}, "
-            f"input_range_m={self.input_range_m}, multiple={self.multiple}, fill_unsupported={self.fill_unsupported})")
+            f"input_range_m={self.input_range_m}, trained_density={self.trained_density}, multiple={self.multiple}, "
+            f"fill_unsupported={self.fill_unsupported})")

@@ -60,6 +60,12 @@ unset shell variable) is refused; no output is written through a symlinked folde
 inside the --input folder that an earlier predict wrote (it has pncnn_writer.json) is not read as input. Frames
 stream one at a time (memory does not grow with their number), with a progress bar (rate, time left) on stderr when
 it is a terminal, and a summary line on stdout at the end.
+Each file's line states its input density (the share of pixels holding a measurement within the rows spanned by
+measurements, pncnn_jax.data.input_contract.input_density); a frame outside the density range the model was trained
+on (a shipped model's manifest records it: 6.0-10.3 % for the synthetic 64-beam LiDAR of the shipped models) gets one
+warning line ("expect larger errors"), and the summary counts them; models without such a record (official
+.pth.tar, training runs) state the density only. DIR/pncnn_summary.json records each completed input's density and
+whether it lies in that range (docs/deploy/sensors.md: which model for which sensor).
 Files that cannot be read or predicted are reported by name and skipped; the exit status is 1 if any file failed.
 An output that cannot be written (a full disk, a read-only place) stops the run with one line naming it, exit
 status 1. An --output folder that would overwrite an input (the input folder itself, the folder of an input
@@ -86,6 +92,7 @@ import argparse
 import contextlib
 import dataclasses
 import errno
+import json
 import os
 import pathlib
 import signal
@@ -332,8 +339,10 @@ def _unit(scale: float) -> str:
 
 def _predict_one(completer: completer_lib.Completer, sparse: np.ndarray, src: pathlib.Path, fmt: str,
                  scale: float, stem: pathlib.Path, *, output_format: str, preview: bool,
-                 warn: Callable[[str], None]) -> str:
-  """Completes one read input and writes its outputs (module doc); returns the line printed for it."""
+                 warn: Callable[[str], None]) -> tuple[str, dict[str, Any]]:
+  """Completes one read input and writes its outputs (module doc); returns the line printed for it and its record
+  in SUMMARY_FILE ({input_density, density_in_range}). A frame outside the input density the model was trained
+  on gets one warning line (the Completer's `InputDensityWarning`)."""
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     out = completer(sparse, name=str(src))
@@ -366,9 +375,11 @@ def _predict_one(completer: completer_lib.Completer, sparse: np.ndarray, src: pa
     how = ("kept (--fill_unsupported)" if completer.fill_unsupported
            else f"written as {'NaN' if out_fmt == 'npy' else 0}")
     notes.append(f"{100 * (1 - valid.mean()):.0f}% not valid, {how}")
-  return (f"{src} ({fmt}, {scale:g} m per unit, input {measured.min():.3g}-{measured.max():.3g} m) -> {written} "
+  line = (f"{src} ({fmt}, {scale:g} m per unit, input {measured.min():.3g}-{measured.max():.3g} m, input density "
+          f"{completer_lib.density_text(out.input_density)} %) -> {written} "
           f"(depth in {_unit(out_scale)}{', sigma in m' if out.sigma is not None else ''})"
           + (f" [{'; '.join(notes)}]" if notes else ""))
+  return line, {"input_density": out.input_density, "density_in_range": out.density_in_range}
 
 
 def _check_output_dir(output_dir: str) -> None:
@@ -514,7 +525,7 @@ def predict_files(checkpoint: str, input_path: str | None, output_dir: str, vari
   try:
     return _predict_all(completer, files, read, out_root, outputs_of, output_format=output_format,
                         preview=preview, overwrite=overwrite, progress=progress, warn=warn,
-                        n_warnings=lambda: n_warnings)
+                        n_warnings=lambda: n_warnings, fresh=bool(replaced))
   finally:
     lock.release()
 
@@ -548,10 +559,12 @@ def _lock_output(out_root: pathlib.Path) -> run_files.WorkdirLock:
 def _predict_all(completer: completer_lib.Completer, files: list[tuple[pathlib.Path, pathlib.Path]],
                  read: Callable, out_root: pathlib.Path, outputs_of: Callable, *, output_format: str, preview: bool,
                  overwrite: bool, progress: bool | None, warn: Callable[[str], None],
-                 n_warnings: Callable[[], int]) -> list[str]:
-  """The loop of `predict_files` over a locked and claimed output folder."""
+                 n_warnings: Callable[[], int], fresh: bool = False) -> list[str]:
+  """The loop of `predict_files` over a locked and claimed output folder; SUMMARY_FILE is written at its end
+  (also when it is interrupted: the frames finished so far)."""
   real_root = pathlib.Path(os.path.realpath(out_root))
   failures, done, skipped, start = [], 0, 0, time.monotonic()
+  frames: dict[str, dict[str, Any]] = {}
   bar = tqdm(files, unit="frame", file=sys.stderr, disable=None if progress is None else not progress,
              dynamic_ncols=True, smoothing=0.1)
   try:
@@ -566,8 +579,8 @@ def _predict_all(completer: completer_lib.Completer, files: list[tuple[pathlib.P
           raise WriteError(errno.EPERM, f"cannot write {out_root / rel.parent}: a symlink there leads out of "
                                         f"--output {out_root}")
         sparse, fmt, scale = read(src)
-        line = _predict_one(completer, sparse, src, fmt, scale, out_root / rel.with_suffix(""),
-                            output_format=output_format, preview=preview, warn=warn)
+        line, frames[rel.as_posix()] = _predict_one(completer, sparse, src, fmt, scale, out_root / rel.with_suffix(""),
+                                                    output_format=output_format, preview=preview, warn=warn)
       except WriteError:
         raise
       except Exception as e:  # pylint: disable=broad-except  (one bad file must not stop the batch)
@@ -577,15 +590,49 @@ def _predict_all(completer: completer_lib.Completer, files: list[tuple[pathlib.P
       done += 1
       tqdm.write(line, file=sys.stdout)
   except WriteError as e:
+    with contextlib.suppress(OSError):
+      write_summary(out_root, completer, frames, fresh=fresh)
     raise WriteError(e.errno, f"{e.strerror}; {done} frame(s) finished before it, whose outputs are complete "
                      "(rerun to continue)") from None
+  except BaseException:  # Ctrl-C, SIGTERM: the finished frames' records are kept
+    with contextlib.suppress(OSError):
+      write_summary(out_root, completer, frames, fresh=fresh)
+    raise
   finally:
     bar.close()
   elapsed = time.monotonic() - start
+  write_summary(out_root, completer, frames, fresh=fresh)
+  outside = sum(f["density_in_range"] is False for f in frames.values())
+  trained = completer.trained_density
+  density = (f"{outside} outside the {completer_lib.density_text(trained.low)}-"
+             f"{completer_lib.density_text(trained.high)} % input density the model was trained on"
+             if trained is not None else "input density not checked (the model records no trained range)")
   print(f"summary: {len(files)} input(s): {done} completed, {skipped} skipped (finished earlier"
           f"{'' if overwrite else '; --overwrite redoes them'}), {len(failures)} failed, {n_warnings()} warning(s), "
-          f"{elapsed:.1f} s ({done / max(elapsed, 1e-9):.2f} frames/s)")
+          f"{density}, {elapsed:.1f} s ({done / max(elapsed, 1e-9):.2f} frames/s)")
   return failures
+
+
+SUMMARY_FILE = "pncnn_summary.json"  # in an output folder: each completed input's input density (`write_summary`)
+
+
+def write_summary(out_root: pathlib.Path, completer: completer_lib.Completer, frames: dict[str, dict[str, Any]], *,
+                  fresh: bool = False) -> pathlib.Path:
+  """Writes <out_root>/SUMMARY_FILE atomically: the input density measure, the range the model was trained on
+  (null: unknown) and, per completed input (its name relative to the input root), its input density (a fraction)
+  and whether it lies in that range (null: unknown). The inputs of earlier runs into the folder are kept (a rerun
+  completes the rest) unless `fresh` (the folder was another model's, replaced with --overwrite)."""
+  path = out_root / SUMMARY_FILE
+  old: dict[str, Any] = {}
+  if not fresh and path.is_file():
+    with contextlib.suppress(ValueError, OSError):
+      old = json.loads(path.read_text()).get("frames") or {}
+  trained = completer.trained_density
+  record = {"command": "predict", "model": completer.name, "density_measure": input_contract.DENSITY_MEASURE,
+            "trained_density": None if trained is None else dataclasses.asdict(trained),
+            "frames": dict(sorted({**old, **frames}.items()))}
+  text = json.dumps(record, indent=1, default=lambda o: o.item() if isinstance(o, np.generic) else str(o)) + "\n"
+  return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def _failure(e: BaseException, src: pathlib.Path) -> str:

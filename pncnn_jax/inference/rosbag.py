@@ -24,6 +24,11 @@ depth that is not negative. Elsewhere (e.g. the rows above a LiDAR) the network 
 there would be a point to depth_image_proc; --fill_unsupported writes the network's values there anyway (depth
 clamped at 0: every pixel a number), with <namespace>/valid still marking them. A frame without any measurement
 is written as NaN depth and sigma, valid all 0, and counted in the summary.
+Input density: each frame's (`pncnn_jax.data.input_contract.input_density`, the share of pixels holding a
+measurement within the rows spanned by measurements) is compared with the range the model was trained on (a
+shipped model's manifest; `Completer.trained_density`): the first frame outside it is one warning line, and the
+summary states the frames' median density and counts those outside (docs/deploy/sensors.md: which model for which
+sensor). A model without a recorded range (an official .pth.tar, a training run) states the density only.
 If the conversion fails or is interrupted (an error, a full disk, Ctrl-C, SIGTERM), OUT is removed: nothing
 half-written is left under its name; a full disk is one line (exit status 1), SIGTERM one line (exit status 143).
 While it runs OUT is the conversion's (a `flock` on it, OUT/RUNNING naming it: a second bag command, predict or
@@ -344,6 +349,7 @@ class _Frames:
     source = f"{self.topic} ({'PointCloud2' if self.points else 'Image'})" + (
         f" with camera info {self.info_topic}" if self.info_topic else " (no camera info)")
     log(f"reading {self.bag}: {self.count} frames on {source}")
+    from pncnn_jax.inference import completer as completer_lib  # pylint: disable=g-import-not-at-top
     from pncnn_jax.inference import predict  # pylint: disable=g-import-not-at-top
 
     if out.exists():  # `check_output` let it through: a bag this command wrote, replaced (--overwrite)
@@ -355,6 +361,7 @@ class _Frames:
                                                                      "namespace": namespace}}
     t0 = time.perf_counter()
     empty, far, n, invalid, pixels = [], 0, 0, 0, 0
+    densities, outside = [], 0
     lock, created = None, False
     with cli.sigterm_raises():  # SIGTERM: clean up as for Ctrl-C (cli.Terminated; main exits 143)
       try:
@@ -374,6 +381,12 @@ class _Frames:
                 warnings.simplefilter("always")
                 result = completer(sparse, name=f"{self.topic} message {n}")
               far += any(w.category.__name__ == "InputRangeWarning" for w in caught)
+              densities.append(result.input_density)
+              sparse_warning = [str(w.message) for w in caught if w.category.__name__ == "InputDensityWarning"]
+              if sparse_warning and not outside:  # the first one, as one line; the summary counts the rest
+                with tqdm.external_write_mode(file=sys.stderr):
+                  log(f"warning: {sparse_warning[0]} (the first such frame; the summary counts them)")
+              outside += bool(sparse_warning)
               depth, valid = result.depth, result.valid
               second_field = (result.sigma if completer.has_sigma else result.output_confidence if fill
                               else np.where(valid, result.output_confidence, np.float32(np.nan)))
@@ -422,8 +435,19 @@ class _Frames:
     if far:
       log(f"note: {far} frame(s) hold measurements beyond the {completer.input_range_m[1]:g} m the model was "
           f"trained on; their depth and sigma near those points are extrapolations")
+    density = None
+    if densities:
+      density = {"min": float(np.min(densities)), "median": float(np.median(densities)),
+                 "max": float(np.max(densities))}
+      text = completer_lib.density_text
+      trained = getattr(completer, "trained_density", None)
+      spread = (f"input density {text(density['median'])} %" if len(densities) == 1 else
+                f"input density: median {text(density['median'])} % ({text(density['min'])}-{text(density['max'])} % "
+                f"over {len(densities)} frames)")
+      log(f"{spread}; " + (f"{outside} frame(s) outside the range this model was trained on, {trained}"
+                           if trained is not None else "not checked (the model records no trained range)"))
     return {"frames": n, "empty": empty, "out_of_range": far, "topics": topics, "seconds": seconds,
-            "invalid_fraction": invalid / max(pixels, 1)}
+            "invalid_fraction": invalid / max(pixels, 1), "input_density": density, "density_outside": outside}
 
 
 def main(argv: list[str] | None = None) -> int:

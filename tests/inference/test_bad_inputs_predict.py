@@ -16,7 +16,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from pncnn_jax.data import io
+from pncnn_jax.data import input_contract, io
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.inference import predict
 
@@ -26,8 +26,16 @@ KITTI_RAW = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "k
 
 
 def _frame(seed=0, shape=SHAPE):
+  """2-60 m at 8 % of the pixels, the first and the last row among them: an input density of 8 %, inside the range
+  the shipped models were trained on (6.0-10.3 %), so that a test sees only the warnings it is about."""
   rng = np.random.default_rng(seed)
-  return np.where(rng.random(shape) < 0.3, rng.uniform(2, 60, shape), 0).astype(np.float32)
+  h, w = shape
+  n = round(0.08 * h * w)
+  idx = np.concatenate([[rng.integers(w), (h - 1) * w + rng.integers(w)],
+                        rng.choice(np.arange(w, (h - 1) * w), n - 2, replace=False)])
+  frame = np.zeros(h * w, np.float32)
+  frame[idx] = rng.uniform(2, 60, n)
+  return frame.reshape(h, w)
 
 
 def _run(capsys, *args):
@@ -146,6 +154,43 @@ def test_inputs_beyond_the_trained_range_warn_per_file(tmp_path, capsys):
   assert "1 warning(s)" in out and _snapshot(d) == before
 
 
+def test_each_frame_states_its_input_density_and_one_outside_the_trained_range_warns(tmp_path, capsys):
+  """Every file's line gives its input density; a frame sparser than what the model was trained on (every 4th row
+  of a training-like frame: a quarter of the density) gets one warning line, counted in the summary, and
+  pncnn_summary.json records both frames' densities. A rerun keeps the records of the frames it skips."""
+  d = tmp_path / "in"
+  d.mkdir()
+  dense = _frame()
+  sparse = np.zeros_like(dense)
+  sparse[::4] = dense[::4]
+  sparse[-1] = dense[-1]  # the same rows spanned
+  np.save(d / "lidar64.npy", dense)
+  np.save(d / "thinned.npy", sparse)
+  rc, out, err = _run(capsys, "--input", d, "--output", tmp_path / "o")
+  assert rc == 0
+  got = {p: input_contract.input_density(np.load(d / p))[0] for p in ("lidar64.npy", "thinned.npy")}
+  assert got["lidar64.npy"] == 31 / 384 and got["thinned.npy"] < 0.04  # exactly 8.07 %: `_frame`
+  trained = completer_lib.Completer.from_pretrained(MODEL).trained_density
+  text = completer_lib.density_text
+  for p, density in got.items():
+    assert f"{d / p} (npy, 1 m per unit, input " in out and f"m, input density {text(density)} %) -> " in out, out
+  lines = [x for x in err.splitlines() if x.startswith("warning:")]
+  assert lines == [f"warning: {d / 'thinned.npy'}: input density {text(got['thinned.npy'])} % is below the "
+                   f"{text(trained.low)}-{text(trained.high)} % this model was trained on (synthetic 64-beam LiDAR): "
+                   "expect larger errors; see docs/deploy/sensors.md"], err
+  assert (f"1 warning(s), 1 outside the {text(trained.low)}-{text(trained.high)} % input density the model was "
+          "trained on, ") in out, out
+  record = json.loads((tmp_path / "o" / predict.SUMMARY_FILE).read_text())
+  assert record["density_measure"] == "rows_spanned" and record["trained_density"] == {
+      "low": trained.low, "high": trained.high, "trained_on": "synthetic 64-beam LiDAR"}
+  assert record["frames"] == {"lidar64.npy": {"input_density": got["lidar64.npy"], "density_in_range": True},
+                              "thinned.npy": {"input_density": got["thinned.npy"], "density_in_range": False}}
+  (tmp_path / "o" / "thinned.npy").unlink()  # a rerun redoes it alone
+  rc, out, _ = _run(capsys, "--input", d, "--output", tmp_path / "o")
+  assert rc == 0 and "2 input(s): 1 completed, 1 skipped" in out
+  assert json.loads((tmp_path / "o" / predict.SUMMARY_FILE).read_text())["frames"] == record["frames"]
+
+
 def test_a_frame_without_measurements_is_refused_in_one_line(tmp_path, capsys):
   """Issue 39: an all-zero frame came out as 2.7 mm everywhere, exit 0."""
   d = tmp_path / "in"
@@ -220,7 +265,9 @@ def test_a_full_disk_or_read_only_output_is_one_line_and_leaves_no_truncated_fil
                                           "2 frame(s) finished before it, whose outputs are complete (rerun to "
                                           "continue)"), err
   assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f0_valid.png", "f1.npy",
-                                                   "f1_confidence.npy", "f1_valid.png", "pncnn_writer.json"]
+                                                   "f1_confidence.npy", "f1_valid.png", "pncnn_summary.json",
+                                                   "pncnn_writer.json"]
+  assert sorted(json.loads((out / "pncnn_summary.json").read_text())["frames"]) == ["f0.npy", "f1.npy"]
   for p in out.glob("*.npy"):
     assert np.load(p).shape == SHAPE  # complete files only
   rc, log, err = _run(capsys, "--input", d, "--output", out)
@@ -240,7 +287,8 @@ def test_ctrl_c_is_one_line_and_leaves_complete_files(tmp_path, capsys, monkeypa
   assert rc == 130 and err.strip() == ("interrupted: the outputs written so far are complete; rerun the command to "
                                        "finish the rest"), err
   assert sorted(p.name for p in out.iterdir()) == ["f0.npy", "f0_confidence.npy", "f0_valid.png",
-                                                   "pncnn_writer.json"]  # no temporary file, no RUNNING
+                                                   "pncnn_summary.json", "pncnn_writer.json"]  # no temporary
+  #                                                  file, no RUNNING; the finished frame's record
   rc, log, err = _run(capsys, "--input", d, "--output", out)
   assert rc == 0 and "3 input(s): 2 completed, 1 skipped" in log, log
 

@@ -75,6 +75,7 @@ def test_nan_and_inf_are_no_measurement_and_bad_input_is_named(small):
   poisoned[2, 3], poisoned[4, 5] = np.inf, -np.inf
   with warnings.catch_warnings():
     warnings.simplefilter("error")
+    warnings.filterwarnings("ignore", category=completer_lib.InputDensityWarning)  # 32 % dense: not this test's
     out = small(poisoned, name="frame.npy")
   zeroed = np.where(np.isfinite(poisoned), poisoned, 0)
   np.testing.assert_array_equal(out.depth, small(zeroed).depth)
@@ -192,6 +193,7 @@ def test_inputs_beyond_the_trained_range_warn_and_are_marked(small):
   sparse = _sparse((16, 24), seed=2)
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # inside the range: no warning
+    warnings.filterwarnings("ignore", category=completer_lib.InputDensityWarning)  # 30 % dense: not this test's
     small(sparse)
   far = sparse.copy()
   far[5, 7] = 450.0
@@ -303,3 +305,64 @@ def test_bad_settings_are_one_line_errors(kw, message):
 
 def test_the_package_door_exports_it():
   assert pncnn_jax.Completer is completer_lib.Completer and "Completer" in dir(pncnn_jax)
+
+
+def _training_example(sensor=""):
+  """One example of the shipped models' training stream (synthetic scenes, the 64x320 centre crop), with the
+  training sensor ('') or another one of `pncnn_jax.data.sensors` (e.g. 'thin4': every 4th laser, 16 beams)."""
+  from pncnn_jax import data  # pylint: disable=g-import-not-at-top
+  it = data.make_iterator({"dataset": "synthetic", "split": "train", "crop": "center", "crop_height": 64,
+                           "crop_width": 320, "batch_size": 1, "synthetic_size": 1, "num_epochs": 1,
+                           "sensors": sensor, "num_threads": 1})
+  return np.asarray(next(it)["sparse"])[0, ..., 0]
+
+
+def test_the_density_warning_appears_for_a_thinned_input_and_not_for_a_training_like_one(small):
+  """Every frame's input density is given; a frame outside the range the shipped model was trained on (its
+  manifest's 'input_density', a 64-beam LiDAR's) warns once, naming the density, the range and the sensor."""
+  from pncnn_jax.data import input_contract  # pylint: disable=g-import-not-at-top
+  assert small.trained_density is not None and small.trained_density.trained_on == "synthetic 64-beam LiDAR"
+  lo, hi = small.trained_density.low, small.trained_density.high
+  native, thinned = _training_example(), _training_example("thin4")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # the training sensor: no warning at all
+    out = small(native)
+  assert out.input_density == input_contract.input_density(native)[0] and lo <= out.input_density <= hi
+  assert out.density_in_range is True
+  with pytest.warns(completer_lib.InputDensityWarning) as caught:
+    out = small(thinned, name="scan 7")
+  assert len(caught) == 1 and out.density_in_range is False and out.input_density < lo / 2
+  assert str(caught[0].message) == (
+      f"scan 7: input density {completer_lib.density_text(out.input_density)} % is below the "
+      f"{completer_lib.density_text(lo)}-{completer_lib.density_text(hi)} % this model was trained on (synthetic "
+      "64-beam LiDAR): expect larger errors; see docs/deploy/sensors.md")
+  with pytest.warns(completer_lib.InputDensityWarning, match=r"^input frame 1: input density"):
+    batch = small(np.stack([native, thinned]))  # one warning, naming the frame outside
+  np.testing.assert_array_equal(batch.density_in_range, [True, False])
+  np.testing.assert_allclose(batch.input_density, input_contract.input_density(np.stack([native, thinned])))
+
+
+def test_an_official_checkpoint_states_the_density_without_a_warning(shared_dir):
+  """An official .pth.tar records no density range: the density is given, nothing is checked."""
+  official = completer_lib.Completer.from_checkpoint(
+      shared_dir / "reference" / "checkpoints" / "kitti_ncnn_conf_l1_checkpoint-9.pth.tar")
+  assert official.trained_density is None
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    out = official(_training_example("thin4")[:32, :64])
+  assert 0 < out.input_density < 0.05 and out.density_in_range is None
+
+
+def test_trained_density_records_and_ensembles():
+  """A manifest's record in another measure is not compared (unknown); an ensemble takes the range every member
+  was trained on (the intersection of the seeds' slightly different ranges)."""
+  good = {"measure": "rows_spanned", "low": 0.06, "high": 0.1, "trained_on": "x"}
+  assert completer_lib.TrainedDensity.from_record(good) == completer_lib.TrainedDensity(0.06, 0.1, "x")
+  for bad in (None, {**good, "measure": "pixels"}, {**good, "low": 0.2}, {**good, "high": "a"}):
+    assert completer_lib.TrainedDensity.from_record(bad) is None
+  members = ["synthetic:pncnn_masked", "synthetic:pncnn_masked_seed1"]
+  ens = completer_lib.Completer.from_pretrained(",".join(members))
+  ranges = [completer_lib.Completer.from_pretrained(m).trained_density for m in members]
+  assert ens.trained_density == completer_lib.TrainedDensity(max(r.low for r in ranges),
+                                                             min(r.high for r in ranges), "synthetic 64-beam LiDAR")
+  assert completer_lib.TrainedDensity.common([ranges[0], None]) is None

@@ -15,7 +15,7 @@ import yaml
 
 pytest.importorskip("rosbags")
 
-from pncnn_jax.data import points  # noqa: E402
+from pncnn_jax.data import input_contract, points  # noqa: E402
 from pncnn_jax.inference import completer as completer_lib  # noqa: E402
 from pncnn_jax.inference import rosbag  # noqa: E402
 
@@ -242,6 +242,47 @@ def test_pixels_without_support_are_nan_in_32fc1(tmp_path, ros, capsys):
     np.testing.assert_array_equal(depth, ref.depth)
     how = "filled (--fill_unsupported)" if fill else "NaN"
     assert f"% of the pixels are not valid (no input support, or a negative network depth): {how}" in stdout, stdout
+
+
+def _lidar_like(rng):
+  """2-40 m at 8 % of the pixels, the first and last row among them: inside the shipped models' trained input
+  density (6.0-10.3 %)."""
+  n = round(0.08 * H * W)
+  idx = np.concatenate([[rng.integers(W), (H - 1) * W + rng.integers(W)],
+                        rng.choice(np.arange(W, (H - 1) * W), n - 2, replace=False)])
+  frame = np.zeros(H * W, np.float32)
+  frame[idx] = rng.uniform(2.0, 40.0, n)
+  return frame.reshape(H, W)
+
+
+def test_frames_outside_the_trained_density_are_one_warning_and_counted(tmp_path, ros, capsys):
+  """A bag of a training-like frame and two thinned ones (every 4th row): the first thinned frame is one warning
+  line, not one per frame; the summary states the density and counts both."""
+  ts = ros[2]
+  rng = np.random.default_rng(6)
+  dense = _lidar_like(rng)
+  thin = np.zeros_like(dense)
+  thin[::4], thin[-1] = dense[::4], dense[-1]
+  frames = [dense, thin, thin * 1.1]
+  inp = tmp_path / "in"
+  _write(inp, ros, [("/camera/depth/image", rosbag.IMAGE, 10 + i, _image(ts, _header(ts, i, 0, "cam"), f, "32FC1"))
+                    for i, f in enumerate(frames)])
+  completer = completer_lib.Completer.from_pretrained(MODEL)
+  lines = []
+  summary = rosbag.complete_bag(inp, tmp_path / "out", completer, depth_topic="/camera/depth/image", progress=False,
+                                log=lines.append)
+  trained, text = completer.trained_density, completer_lib.density_text
+  densities = [input_contract.input_density(f)[0] for f in frames]
+  assert densities[0] == 19 / 240 and trained.low <= densities[0] <= trained.high and densities[1] < trained.low
+  warned = [x for x in lines if x.startswith("warning:")]
+  assert warned == [f"warning: /camera/depth/image message 1: input density {text(densities[1])} % is below the "
+                    f"{text(trained.low)}-{text(trained.high)} % this model was trained on (synthetic 64-beam "
+                    "LiDAR): expect larger errors; see docs/deploy/sensors.md (the first such frame; the summary "
+                    "counts them)"], lines
+  assert summary["density_outside"] == 2
+  assert summary["input_density"] == {"min": densities[1], "median": densities[1], "max": densities[0]}
+  assert (f"input density: median {text(densities[1])} % ({text(densities[1])}-{text(densities[0])} % over 3 frames)"
+          f"; 2 frame(s) outside the range this model was trained on, {trained}") in lines, lines
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, ros, capsys):
