@@ -153,12 +153,33 @@ def read_points(path: str | os.PathLike) -> np.ndarray:
   raise ValueError(f"points {p}: unknown format {p.suffix!r}; expected one of {', '.join(POINT_SUFFIXES)}")
 
 
-def read_kitti_calibration(path: str | os.PathLike, camera: str = "02") -> Calibration:
-  """KITTI raw calibration of `camera` ('02' or '03') from a date folder (or either of its two files).
+@dataclasses.dataclass(frozen=True)
+class KittiCamera:
+  """One KITTI raw camera as its calibration files give it (`read_kitti_camera`).
 
-  K = P_rect_0X[:, :3]; T_cam_from_lidar = [I, K^-1 P_rect_0X[:, 3]] @ R_rect_00 (4x4) @ Tr_velo_to_cam, where
-  Tr_velo_to_cam = [R T] of calib_velo_to_cam.txt; image_size = S_rect_0X (W, H in the file) as (H, W).
+  Attributes:
+    P_rect: (3, 4) float64 P_rect_0X [pixels]: projects the rectified reference frame (camera 00's, rectified) into
+      camera X's rectified image; its 4th column holds the stereo baseline (K_rect b).
+    R_rect: (4, 4) float64 R_rect_00 padded to 4x4: camera 00's frame -> the rectified reference frame.
+    Tr_velo_to_cam: (4, 4) float64 [R T] of calib_velo_to_cam.txt: the Velodyne frame -> camera 00's frame [m].
+    image_size: (H, W) of the rectified image, S_rect_0X.
   """
+
+  P_rect: np.ndarray
+  R_rect: np.ndarray
+  Tr_velo_to_cam: np.ndarray
+  image_size: tuple[int, int]
+
+  @property
+  def T_rect_from_lidar(self) -> np.ndarray:
+    """(4, 4) R_rect_00 @ Tr_velo_to_cam: the Velodyne frame -> the rectified reference frame that P_rect projects
+    from [m] (a ROS CameraInfo's P and this transform project a scan as the devkit does)."""
+    return self.R_rect @ self.Tr_velo_to_cam
+
+
+def read_kitti_camera(path: str | os.PathLike, camera: str = "02") -> KittiCamera:
+  """P_rect_0X, R_rect_00 Tr_velo_to_cam and S_rect_0X of `camera` ('02' or '03') from a KITTI raw date folder (or
+  either of its two files), checked: one-line errors naming the file for a missing file, camera or row."""
   p = pathlib.Path(path)
   folder = p if p.is_dir() else p.parent
   if camera not in KITTI_CAMERAS:
@@ -173,17 +194,28 @@ def read_kitti_calibration(path: str | os.PathLike, camera: str = "02") -> Calib
   if "R" not in v2c or "T" not in v2c:
     raise ValueError(f"calibration {folder / VELO_TO_CAM}: expected the rows 'R:' (9 numbers) and 'T:' (3)")
   P = _matrix(f"{folder / CAM_TO_CAM} P_rect_{camera}", c2c[f"P_rect_{camera}"], (3, 4))
+  _intrinsics(f"{folder / CAM_TO_CAM} P_rect_{camera}", P[:, :3])
   r_rect = np.eye(4)
   r_rect[:3, :3] = _matrix(f"{folder / CAM_TO_CAM} R_rect_00", c2c["R_rect_00"], (3, 3))
   velo = np.eye(4)
   velo[:3, :3] = _matrix(f"{folder / VELO_TO_CAM} R", v2c["R"], (3, 3))
   velo[:3, 3] = _matrix(f"{folder / VELO_TO_CAM} T", v2c["T"], (3,))
-  K = P[:, :3]
-  baseline = np.eye(4)
-  baseline[:3, 3] = np.linalg.solve(K, P[:, 3])
   w, h = _matrix(f"{folder / CAM_TO_CAM} S_rect_{camera}", c2c[f"S_rect_{camera}"], (2,))
   size = _image_size(f"{folder / CAM_TO_CAM} S_rect_{camera}", (h, w))
-  return Calibration(K=K, T_cam_from_lidar=baseline @ r_rect @ velo, image_size=size)
+  return KittiCamera(P_rect=P, R_rect=r_rect, Tr_velo_to_cam=velo, image_size=size)
+
+
+def read_kitti_calibration(path: str | os.PathLike, camera: str = "02") -> Calibration:
+  """KITTI raw calibration of `camera` ('02' or '03') from a date folder (or either of its two files).
+
+  K = P_rect_0X[:, :3]; T_cam_from_lidar = [I, K^-1 P_rect_0X[:, 3]] @ R_rect_00 (4x4) @ Tr_velo_to_cam, where
+  Tr_velo_to_cam = [R T] of calib_velo_to_cam.txt; image_size = S_rect_0X (W, H in the file) as (H, W).
+  """
+  cam = read_kitti_camera(path, camera)
+  K = cam.P_rect[:, :3]
+  baseline = np.eye(4)
+  baseline[:3, 3] = np.linalg.solve(K, cam.P_rect[:, 3])
+  return Calibration(K=K, T_cam_from_lidar=baseline @ cam.R_rect @ cam.Tr_velo_to_cam, image_size=cam.image_size)
 
 
 def read_calibration(path: str | os.PathLike, camera: str | None = None) -> Calibration:
