@@ -219,6 +219,8 @@ def check_output(output: str | os.PathLike, overwrite: bool = False) -> pathlib.
   run_files.require_path(output, "--output")
   out = pathlib.Path(output)
   if not (out.exists() or out.is_symlink()):
+    if not out.parent.is_dir():
+      raise FileNotFoundError(f"--output {out}: its folder {out.parent} does not exist")
     return out
   record = run_files.read_writer(out) if out.is_dir() and not out.is_symlink() else None
   ours = record is not None and record.get("command") == COMMAND
@@ -288,7 +290,7 @@ def convert(scans: str | os.PathLike, calib: str | os.PathLike, output: str | os
              disable=not (cli.progress_enabled("auto") if progress is None else progress))
   with cli.sigterm_raises():  # SIGTERM: clean up as for Ctrl-C (cli.Terminated)
     try:
-      tmp_root.mkdir(parents=True)
+      tmp_root.mkdir()
       with Writer(bag, version=rosbag.BAG_VERSION) as writer:
         c_info = writer.add_connection(info_topic, rosbag.CAMERA_INFO, typestore=ts)
         c_points = writer.add_connection(points_topic, rosbag.POINTCLOUD2, typestore=ts)

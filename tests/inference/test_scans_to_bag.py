@@ -200,6 +200,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
                                     "'2011-02-30 13:02:25.2' is not a valid date and time")
   assert _refused(capsys, base + ["--timestamps", "none", "--rate", "0"]) == (
       "error: --rate 0: must be a frequency > 0 in Hz")
+  assert _refused(capsys, base[:4] + ["--output", str(tmp_path / "no" / "bag"), "--timestamps", "none"]) == (
+      f"error: --output {tmp_path / 'no' / 'bag'}: its folder {tmp_path / 'no'} does not exist")
   assert _refused(capsys, ["--scans", "", "--calib", str(calib), "--output", str(out)]) == (
       "error: --scans is empty (an unset shell variable?); name the folder or file")
   assert sorted(p.name for p in tmp_path.iterdir()) == ["calib", "drive_sync", "empty", "mm", "no_velo", "odd"]
