@@ -626,7 +626,8 @@ def write_summary(out_root: pathlib.Path, completer: completer_lib.Completer, fr
   old: dict[str, Any] = {}
   if not fresh and path.is_file():
     with contextlib.suppress(ValueError, OSError):
-      old = json.loads(path.read_text()).get("frames") or {}
+      earlier = json.loads(path.read_text())
+      old = earlier.get("frames") if isinstance(earlier, dict) and isinstance(earlier.get("frames"), dict) else {}
   trained = completer.trained_density
   record = {"command": "predict", "model": completer.name, "density_measure": input_contract.DENSITY_MEASURE,
             "trained_density": None if trained is None else dataclasses.asdict(trained),

@@ -382,11 +382,11 @@ class _Frames:
                 result = completer(sparse, name=f"{self.topic} message {n}")
               far += any(w.category.__name__ == "InputRangeWarning" for w in caught)
               densities.append(result.input_density)
-              sparse_warning = [str(w.message) for w in caught if w.category.__name__ == "InputDensityWarning"]
-              if sparse_warning and not outside:  # the first one, as one line; the summary counts the rest
+              density_warning = [str(w.message) for w in caught if w.category.__name__ == "InputDensityWarning"]
+              if density_warning and not outside:  # the first one, as one line; the summary counts the rest
                 with tqdm.external_write_mode(file=sys.stderr):
-                  log(f"warning: {sparse_warning[0]} (the first such frame; the summary counts them)")
-              outside += bool(sparse_warning)
+                  log(f"warning: {density_warning[0]} (the first such frame; the summary counts them)")
+              outside += bool(density_warning)
               depth, valid = result.depth, result.valid
               second_field = (result.sigma if completer.has_sigma else result.output_confidence if fill
                               else np.where(valid, result.output_confidence, np.float32(np.nan)))
