@@ -6,7 +6,9 @@ and KITTI), random dropout, visual-odometry points (vo, vo_015), range noise and
 config's evaluation split is read with `data.sensors.eval` set to it: the same scenes and the same ground truth,
 only the sparse input changes. The depth evaluator scores each; the rows, one per sensor:
 
-  density [%]        the share of the pixels with an input depth (mean over the images)
+  density [%]        the input density (`pncnn_jax.data.input_contract.input_density`: the share of the pixels with
+                     a measurement within the rows spanned by measurements, what predict states per frame), mean
+                     over the images
   mae, rmse          mean of per-image values (KITTI metric set: mm; NYU: m)
   ause_pncnn         AUSE of the sigma ranking, the paper's normalisation (docs/SPEC.md §8.2)
   ause_shared_max    the same curves over one shared maximum; ause_none [m] unnormalised (docs/SPEC.md §8.2a)
@@ -28,7 +30,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pncnn_jax import from_config, losses
-from pncnn_jax.data import pipeline
+from pncnn_jax.data import input_contract, pipeline
 from pncnn_jax.data import sensors as sensors_lib
 from pncnn_jax.evaluate import depth, protocol
 
@@ -42,7 +44,7 @@ UNITS_EXTRA = {"density": "%", "coverage_95": "%", "ause_none": "m"}
 class SensorDepthEvaluator(depth.DepthEvaluator):
   """The depth evaluator, also reporting the input density and the ±1.96 sigma coverage of one sensor's batches.
 
-  Its result's details add `density` (the share of pixels with an input depth, mean over images), `coverage_95`
+  Its result's details add `density` (`input_contract.input_density`, mean over images), `coverage_95`
   (the share of valid pixels within mu ± 1.96 sigma, from the AUCE's coverage curve at alpha = 0.05; None without
   a calibrated sigma) and the AUSE of the pNCNN ranking under the normalisations 'shared_max' and 'none' [m].
   """
@@ -53,7 +55,8 @@ class SensorDepthEvaluator(depth.DepthEvaluator):
 
   def update(self, rows, out, index):
     super().update(rows, out, index)
-    self._density += np.mean(np.asarray(rows["sparse"]) > 0, axis=(1, 2, 3)).tolist()
+    self._density += input_contract.input_density(np.asarray(rows["sparse"]), name="sparse",
+                                                  layouts=(input_contract.BHW1,)).tolist()
 
   def result(self) -> protocol.Result:
     res = super().result()

@@ -53,7 +53,10 @@ def test_each_sensor_is_the_depth_evaluation_of_the_split_it_sees(across):
   for k in ("mae", "rmse", "ause_pncnn", "auce", "nll", "auroc_disturbed", "num_images"):
     assert row[k] == alone.summary()[k], k
   batches = list(from_config.eval_iterator(config))
-  assert row["density"] == pytest.approx(100 * np.mean([np.mean(b["sparse"] > 0) for b in batches]), rel=1e-12)
+  # the density predict states per frame: measurements over the rows they span
+  per_image = [np.mean(s[slice(*np.flatnonzero(s.any(axis=1))[[0, -1]] + [0, 1])] > 0)
+               for b in batches for s in b["sparse"][..., 0] > 0]
+  assert row["density"] == pytest.approx(100 * np.mean(per_image), rel=1e-12)
   # coverage of mu +- 1.96 sigma, counted here from the model's outputs
   inside = valid = 0
   for b in batches:
@@ -70,7 +73,7 @@ def test_fewer_lasers_fewer_points_and_the_ratios_are_to_the_reference(across):
   _, _, _, result = across
   rows = result.rows
   assert rows["hdl64"]["density"] > rows["thin2"]["density"] > rows["thin4"]["density"] > rows["vo_015"]["density"]
-  assert rows["vo_015"]["density"] == pytest.approx(0.15, rel=0.25)  # 0.15 % of the pixels, where there is surface
+  assert rows["vo_015"]["density"] == pytest.approx(0.15, rel=0.3)  # 0.15 % of the pixels, where there is surface
   assert rows["vo_015"]["auroc_disturbed"] is None  # VO points have no disturbed label: nothing to rank
   for name, row in rows.items():
     for k in across_sensors.RATIO_KEYS:
