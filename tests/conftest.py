@@ -20,6 +20,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from pncnn_jax.data.points import depth_agreement  # noqa: E402, F401  (the tests' name for it)
+
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Compiling dominates the suite on CPU; a persistent cache shares identical programs across test files and the
 # two xdist workers (and makes a rerun fast). Ignored by git.
@@ -50,19 +52,6 @@ def load_npz(path) -> dict[str, np.ndarray]:
 
 def nchw_to_nhwc(a: np.ndarray) -> np.ndarray:
   return np.transpose(a, (0, 2, 3, 1))
-
-
-def depth_agreement(ours: np.ndarray, ref: np.ndarray, radius: int = 2, rel: float = 0.05) -> float:
-  """Fraction of ref's pixels (> 0) with a pixel of ours within `radius` pixels (Chebyshev) holding a depth within
-  `rel` of ref's: how well two sparse depth maps of one scan agree, allowing for projection differences."""
-  h, w = ref.shape
-  hit = np.zeros(ref.shape, bool)
-  pad = np.pad(ours, radius)
-  for dv in range(-radius, radius + 1):
-    for du in range(-radius, radius + 1):
-      o = pad[radius + dv:radius + dv + h, radius + du:radius + du + w]
-      hit |= (o > 0) & (np.abs(o - ref) <= rel * ref)
-  return float(hit[ref > 0].mean())
 
 
 @pytest.fixture
