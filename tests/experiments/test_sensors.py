@@ -1,12 +1,17 @@
-"""Behaviour across sensors (pncnn_jax.experiments.sensors): the generator's thinned LiDAR and the page's command."""
+"""Behaviour across sensors (pncnn_jax.experiments.sensors): the generator's thinned LiDAR, the page's command, and
+the real KITTI frame thinned to fewer lasers (real data: fails, not skips, without ../shared)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from pncnn_jax.data import synthetic
+from pncnn_jax.data import io as data_io
+from pncnn_jax.data import points, sparsify, synthetic
 from pncnn_jax.experiments import sensors
+from pncnn_jax.inference import completer
+
+from conftest import depth_agreement
 
 
 def test_fewer_beams_keep_every_other_laser_of_the_same_scan():
@@ -31,7 +36,8 @@ def test_fewer_beams_keep_every_other_laser_of_the_same_scan():
 def test_the_command_writes_the_table_with_ratios_to_64_beams_and_checks_the_targets(tmp_path, capsys):
   out = tmp_path / "SENSORS.md"
   assert sensors.main(["--output", str(out), "--models", "ncnn,masked=synthetic:pncnn_masked", "--recommended",
-                       "masked", "--sensors", "thin4,vo_015", "--num_scenes", "2", "--crop", "64x96"]) == 0
+                       "masked", "--sensors", "thin4,vo_015", "--num_scenes", "2", "--crop", "64x96",
+                       "--kitti_raw", ""]) == 0
   page = out.read_text()
   table = page.split("## Targets of the sensor-robust model")[0]
   rows = [line.split(" | ") for line in table.splitlines() if line.startswith(("| ncnn |", "| masked |"))]
@@ -47,5 +53,94 @@ def test_the_command_writes_the_table_with_ratios_to_64_beams_and_checks_the_tar
   assert "| masked | hdl64 | 64 beams | - |" in targets and "| ncnn |" not in targets  # only models with sigma
   verdict = "holds" if got["thin4"]["mae_ratio"] <= 1.6 else "misses"
   assert f"| masked | thin4 | 16 beams | {got['thin4']['mae_ratio']:.2f}x (<= 1.6: {verdict}) |" in targets
+  kitti = page.split("## The real KITTI frame")[1]
+  assert "Not evaluated: left out by the command (`--kitti_raw ''`" in kitti
+  assert "--kitti_raw DIR --kitti_depth DIR" in kitti  # how to add it
+  assert data["kitti_frame"]["available"] is False
   assert sensors.main(["--output", str(out), "--sensors", "sonar"]) == 2
   assert "error: --sensors: unknown sensor or sensor mixture 'sonar'" in capsys.readouterr().err
+  for flag, want in (("--kitti_raw", "error: --kitti_raw {}: no such folder"),
+                     ("--kitti_official", "error: --kitti_official {}: no such file")):
+    assert sensors.main(["--output", str(out), flag, str(tmp_path / "none")]) == 2
+    assert want.format(tmp_path / "none") in capsys.readouterr().err
+  assert sensors.main(["--output", str(out), "--kitti_raw", str(tmp_path), "--kitti_depth", str(tmp_path)]) == 2
+  assert f"error: --kitti_depth {tmp_path}: no */proj_depth/velodyne_raw/*/*.png under" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def kitti_dirs(shared_dir):
+  data = shared_dir / "data"
+  if not (data / "kitti_raw_mini").is_dir() or not (data / "kitti_depth_mini").is_dir():
+    pytest.fail(f"{data}/kitti_raw_mini and kitti_depth_mini not found: the real-frame tests need them")
+  return data / "kitti_raw_mini", data / "kitti_depth_mini"
+
+
+@pytest.fixture(scope="module")
+def kitti_files(kitti_dirs):
+  return sensors.kitti_frame_files(*kitti_dirs)
+
+
+def test_the_real_frame_thinned_is_the_scans_rows_projected_as_predict_does(kitti_files):
+  """The one frame with a scan and ground truth is found; its 32- and 16-beam scans are rows of the 64-beam scan,
+  about 1/2 and 1/4 of them; the 64-beam input is `predict --points`'s projection, cropped as KITTI's frames, and
+  agrees with KITTI's own velodyne_raw (96.8 % of its pixels within 2 px, docs/deploy/sensors.md)."""
+  assert [f["name"] for f in kitti_files] == ["2011_09_26_drive_0001_sync/image_02/0000000005"]
+  files = kitti_files[0]
+  frame = sensors.kitti_frame(files)
+  full = frame.scans[1]
+  rows = {r.tobytes() for r in full}
+  for k in (2, 4):
+    thin = frame.scans[k]
+    assert all(r.tobytes() in rows for r in thin), k  # a subset of the scan's points
+    assert abs(len(thin) / len(full) - 1 / k) < 0.03, (k, len(thin), len(full))
+  ours = points.sparse_depth_from_files(files["scan"], files["calib"], camera="02")  # what predict --points reads
+  raw = data_io.read_kitti_depth(files["velodyne_raw"])
+  top, left = sparsify.crop_offsets(*raw.shape, 352, 1216, "bottom")
+  win = np.s_[top:top + 352, left:left + 1216]
+  ref = sensors.KITTI_REFERENCE
+  np.testing.assert_array_equal(frame.sparse[ref], ours[win])
+  np.testing.assert_array_equal(frame.sparse["64 beams, KITTI's velodyne_raw"], raw[win])
+  np.testing.assert_array_equal(frame.target, data_io.read_kitti_depth(files["groundtruth"])[win])
+  assert frame.agreement["within_2px"] == depth_agreement(ours, raw) > 0.96
+  assert depth_agreement(frame.sparse[ref], raw[win]) > 0.96  # in the crop too
+  for row, k in sensors.KITTI_ROWS.items():  # fewer lasers: about 1/k of the input pixels, each a point of the scan
+    if k is not None:  # (so the whole scan's map has a point there, at that depth or nearer)
+      thin = frame.sparse[row]
+      assert np.all((thin == 0) | ((ours[win] > 0) & (thin >= ours[win]))), row
+      assert abs((thin > 0).sum() / (frame.sparse[ref] > 0).sum() - 1 / k) < 0.03, row
+
+
+@pytest.mark.slow
+def test_the_real_frame_section_matches_a_completer_run(kitti_dirs, kitti_files, tmp_path):
+  """The command's real-frame section for the default model alone (the official checkpoint left out): its rows'
+  MAE equal a direct `Completer` run on each input of the frame (the metres it was given, the ground-truth pixels),
+  the ratios are to its own 64-beam MAE, and the page says what one frame is and is not."""
+  out = tmp_path / "SENSORS.md"
+  assert sensors.main(["--output", str(out), "--models", "ncnn", "--sensors", "thin4", "--num_scenes", "1",
+                       "--crop", "64x96", "--kitti_raw", str(kitti_dirs[0]), "--kitti_depth", str(kitti_dirs[1]),
+                       "--kitti_official", ""]) == 0
+  kitti = json.loads(out.with_suffix(".json").read_text())["kitti_frame"]
+  label = completer.RECOMMENDED.partition(":")[2]
+  assert kitti["available"] and list(kitti["results"]) == [label]
+  rows = kitti["results"][label]
+  assert list(rows) == list(sensors.KITTI_ROWS)
+  frame = sensors.kitti_frame(kitti_files[0])
+  model = completer.Completer.from_pretrained(fill_unsupported=True)
+  valid = frame.target > 0
+  for row, r in rows.items():
+    got = model(frame.sparse[row])
+    depth = got.depth
+    assert kitti["frames"][0]["target_pixels_unsupported"][row] == (~got.support[valid]).sum(), row
+    mae_mm = 1000 * np.mean(np.abs(depth[valid].astype(np.float64) - frame.target[valid]))
+    assert r["mae"] == pytest.approx(mae_mm, rel=1e-5), row
+    assert r["mae_ratio"] == pytest.approx(r["mae"] / rows[sensors.KITTI_REFERENCE]["mae"])
+    assert 90 <= r["coverage_95"] <= 100 and r["num_images"] == 1
+  assert rows["16 beams (every 4th laser)"]["mae"] > rows["32 beams (every 2nd laser)"]["mae"] > rows[
+      sensors.KITTI_REFERENCE]["mae"]
+  page = out.read_text()
+  section = page.split("## The real KITTI frame")[1]
+  assert "One frame is not a benchmark" in section and "left out (`--kitti_official ''`)" in section
+  r = rows["16 beams (every 4th laser)"]
+  assert (f"| {label} | 16 beams (every 4th laser) | {r['density']:.3g} | {r['mae']:.0f} | {r['rmse']:.0f} | "
+          f"{r['mae_ratio']:.2f}x | {r['coverage_95']:.1f} |") in section
+  assert page.index("## Targets of the sensor-robust model") < page.index("## The real KITTI frame")
