@@ -131,3 +131,13 @@ def test_page_splits_a_failed_cost_claim_and_says_when_the_rate_is_the_grids_lar
   pages_baselines.write(s, path)
   text = path.read_text()
   assert "The best rate is the largest" not in text and "The cost claim splits" not in text
+
+
+def test_page_says_which_ensemble_sizes_wait_for_members(tmp_path):
+  s = fake_summary(missing=["s2d_seed2", "s2d_seed3"])
+  s["baselines"]["ensemble"]["members"] = ["s2d_seed0", "s2d_seed1"]
+  path = tmp_path / "RESULTS_BASELINES.md"
+  pages_baselines.write(s, path)
+  text = path.read_text()
+  assert "The ensembles are measured for M = 1, 2; larger ones wait for these members." in text
+  assert "s2d_ensemble8 (2 members, summed) 2.00 h" in text

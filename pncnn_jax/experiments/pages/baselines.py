@@ -74,8 +74,9 @@ def draw_figure(summary: dict[str, Any], path: pathlib.Path) -> bool:
     if not pts:
       continue
     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=label)
-    for x, y, m in pts:
-      ax.annotate(f"M={m}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8, color=color)
+    for i, (x, y, m) in enumerate(pts):  # above and below in turn: the large M crowd together
+      ax.annotate(f"M={m}", (x, y), textcoords="offset points", xytext=(4, 6) if i % 2 == 0 else (4, -12),
+                  fontsize=8, color=color)
   for (name, f), marker in zip(fam.items(), ("*", "P", "D", "X")):
     r = f["row"]
     ax.plot([r["ause_pncnn"]], [r["rmse"]], linestyle="none", marker=marker, markersize=11, color="tab:green"
@@ -84,7 +85,7 @@ def draw_figure(summary: dict[str, Any], path: pathlib.Path) -> bool:
   ax.set_ylabel("RMSE [mm] (lower is better)")
   ax.set_title(f"RMSE vs AUSE on {summary['scenes']} ({summary['scale']} recipe)", fontsize=10)
   ax.grid(alpha=0.3)
-  ax.legend(fontsize=8, loc="best")
+  ax.legend(fontsize=8, loc="center left")  # the empty middle: the baselines top, the pNCNNs bottom left
   fig.tight_layout()
   path.parent.mkdir(parents=True, exist_ok=True)
   fig.savefig(path, dpi=120)
@@ -127,8 +128,12 @@ def write(summary: dict[str, Any], path: pathlib.Path) -> None:
            f"{summary['scale']} --only s2d_mcdropout,s2d_ensemble8 --jobs 2`.", ""]
   lines += _lr_lines(summary)
   if summary["missing"]:
+    sizes = sorted(int(m) for m in summary["baselines"].get("ensemble", {}).get("rows", {}))
+    waiting = [n for n in summary["missing"] if n in {r.name for r in runs_lib.BASELINE_MEMBERS}]
     lines += ["**Not measured yet:** " + ", ".join(f"`{n}`" for n in summary["missing"]) + ". Their rows, points and "
-              "claims are left out below until they are trained and evaluated (the command above resumes).", ""]
+              "claims are left out below until they are trained and evaluated (the command above resumes)."
+              + (f" The ensembles are measured for M = {', '.join(map(str, sizes))}; larger ones wait for these "
+                 "members." if waiting and sizes else ""), ""]
   lines += ["## The claims", "",
             f"Thresholds fixed before any result: cost at most {baselines_lib.COST_FRACTION_MAX:g} x one "
             f"baseline pass. AUSE in {AUSE_NAME}.", ""]
@@ -194,8 +199,10 @@ def _cost_note(costs: dict[str, Any] | None) -> str:
 
 
 def _train_time_lines(summary: dict[str, Any]) -> list[str]:
-  rows = [(b["name"], b.get("train_wall_s")) for b in summary["baselines"].values()]
+  rows = [(b["name"] + (f" ({len(b['members'])} members, summed)" if b.get("members") else ""), b.get("train_wall_s"))
+          for b in summary["baselines"].values()]
   if not rows:
     return []
   cells = ", ".join(f"{n} {s / 3600:.2f} h" if s else f"{n} unknown" for n, s in rows)
-  return ["## Training time", "", f"Wall time of training on this machine: {cells}.", ""]
+  return ["## Training time", "", f"Wall time of training on this machine (2 cores, shared with the other runs and "
+          f"with other work, so a rough guide): {cells}.", ""]
