@@ -479,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.deprecated("--no_progress", "--progress off")
   progress = cli.progress_enabled(a.progress or ("off" if a.no_progress else "auto"))
   out = pathlib.Path(a.output)
-  try:
+
+  def convert():
+    nonlocal out
     frames = _Frames(a.input, depth_topic=a.depth_topic, points_topic=a.points_topic,
                      camera_info_topic=a.camera_info_topic, calib=a.calib)
     out = check_output(a.output, a.overwrite)
@@ -487,6 +489,18 @@ def main(argv: list[str] | None = None) -> int:
       raise ValueError(f"--namespace {a.namespace!r}: expected an absolute topic prefix such as /pncnn")
     completer = completer_lib.Completer.from_checkpoint(a.checkpoint, fill_unsupported=a.fill_unsupported)
     frames.complete(out, completer, namespace=a.namespace.rstrip("/"), progress=progress, log=print)
+
+  return exit_status(convert, terminated=lambda: f"the partial bag {out} was removed",
+                     interrupted=lambda: f"{out} was not written")
+
+
+def exit_status(action: Callable[[], Any], *, terminated: Callable[[], str], interrupted: Callable[[], str]) -> int:
+  """Runs a bag command's `action()`; its failures become one `error:` line on stderr and the command's exit status:
+  1 for a bag that could not be written (`BagWriteError`: a full disk), 2 for bad input (ValueError,
+  FileNotFoundError, FileExistsError, ImportError, another OSError), 143 for SIGTERM (`cli.Terminated`) and 130 for
+  Ctrl-C, each with what happened to the output (`terminated()`, `interrupted()`); 0 when it returns."""
+  try:
+    action()
   except BagWriteError as e:
     print(f"error: {e.strerror}", file=sys.stderr)
     return 1
@@ -494,10 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: {first_line(e)}", file=sys.stderr)
     return 2
   except cli.Terminated:
-    print(f"error: terminated (SIGTERM); the partial bag {out} was removed", file=sys.stderr)
+    print(f"error: terminated (SIGTERM); {terminated()}", file=sys.stderr)
     return 128 + signal.SIGTERM
   except KeyboardInterrupt:
-    print(f"error: interrupted; {out} was not written", file=sys.stderr)
+    print(f"error: interrupted; {interrupted()}", file=sys.stderr)
     return 130
   return 0
 

@@ -71,7 +71,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import sys
 from typing import Any, Callable
 
@@ -325,10 +324,7 @@ def convert(scans: str | os.PathLike, calib: str | os.PathLike, output: str | os
           "topics": {"points": points_topic, "camera_info": info_topic}, "calib_file": out / CALIB_FILE}
 
 
-class BagWriteError(OSError):
-  """The bag could not be written (a full disk, a read-only place): one line naming it; nothing was left."""
-
-
+BagWriteError = rosbag.BagWriteError  # the bag could not be written (a full disk, a read-only place): nothing is left
 def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="pncnn-scans-to-bag", description=__doc__.splitlines()[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -352,23 +348,11 @@ def main(argv: list[str] | None = None) -> int:
                       help="replace an --output that this command wrote (anything else is never replaced)")
   parser.add_argument("--progress", choices=cli.PROGRESS_MODES, default="auto", help=cli.PROGRESS_HELP)
   a = parser.parse_args(argv)
-  try:
-    convert(a.scans, a.calib, a.output, camera=a.camera, timestamps=a.timestamps, rate_hz=a.rate,
-            points_topic=a.points_topic, info_topic=a.camera_info_topic, overwrite=a.overwrite,
-            progress=cli.progress_enabled(a.progress))
-  except BagWriteError as e:
-    print(f"error: {e.strerror}", file=sys.stderr)
-    return 1
-  except (ValueError, FileNotFoundError, FileExistsError, ImportError, OSError) as e:
-    print(f"error: {first_line(e)}", file=sys.stderr)
-    return 2
-  except cli.Terminated:
-    print(f"error: terminated (SIGTERM); {a.output} was not written", file=sys.stderr)
-    return 128 + signal.SIGTERM
-  except KeyboardInterrupt:
-    print(f"error: interrupted; {a.output} was not written", file=sys.stderr)
-    return 130
-  return 0
+  return rosbag.exit_status(
+      lambda: convert(a.scans, a.calib, a.output, camera=a.camera, timestamps=a.timestamps, rate_hz=a.rate,
+                      points_topic=a.points_topic, info_topic=a.camera_info_topic, overwrite=a.overwrite,
+                      progress=cli.progress_enabled(a.progress)),
+      terminated=lambda: f"{a.output} was not written", interrupted=lambda: f"{a.output} was not written")
 
 
 if __name__ == "__main__":
