@@ -213,9 +213,9 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], prefix: s
   return names
 
 
-def _lookup(tree: Mapping[str, Any], name: str) -> Any:
+def _lookup(tree: Mapping[str, Any], name: str, absent: Any = "(none)") -> Any:
   for part in name.split("."):
-    tree = tree.get(part, "(none)") if isinstance(tree, Mapping) else "(none)"
+    tree = tree.get(part, absent) if isinstance(tree, Mapping) else absent
   return tree
 
 
@@ -232,31 +232,43 @@ def _read_json(path: pathlib.Path) -> Any:
     return None
 
 
-def _changed_fields(old: Any, new: Mapping[str, Any], path: pathlib.Path) -> list[str]:
+def _changed_fields(old: Any, new: Mapping[str, Any], path: pathlib.Path,
+                    defaults: Mapping[str, Any] | None = None) -> list[str]:
+  """The differing fields but the bookkeeping ones, and but those the run's config.json predates (absent there)
+  whose new value is their default in `defaults`: the run was trained as that default (a field added later)."""
   if not isinstance(old, dict) or old == new:
     return []
   if old.get("variant") != new.get("variant"):
     raise ValueError(f"{path} holds a run of variant {old.get('variant')!r}, but config.variant is "
                      f"{new.get('variant')!r}: use another --workdir")
-  return [n for n in config_differences(old, new) if n not in BOOKKEEPING_FIELDS]
+  missing = object()
+
+  def added_at_default(name):
+    return (_lookup(old, name, missing) is missing and defaults is not None
+            and _lookup(defaults, name, missing) == _lookup(new, name, missing) is not missing)
+
+  return [n for n in config_differences(old, new) if n not in BOOKKEEPING_FIELDS and not added_at_default(n)]
 
 
-def check_config_file(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> list[str]:
+def check_config_file(config: ml_collections.ConfigDict, workdir: pathlib.Path,
+                      defaults: Mapping[str, Any] | None = None) -> list[str]:
   """The fields in which `<workdir>/config.json` differs from `config` (`config_differences`, the
-  BOOKKEEPING_FIELDS left out; empty when there is no readable file); a ValueError naming the file if it holds a
-  run of another variant. Reads only."""
+  BOOKKEEPING_FIELDS left out, and the fields the file predates at the value `defaults` gives them; empty
+  when there is no readable file); a ValueError naming the file if it holds a run of another variant. Reads only."""
   path = workdir / "config.json"
-  return _changed_fields(_read_json(path), json.loads(config.to_json_best_effort()), path)
+  return _changed_fields(_read_json(path), json.loads(config.to_json_best_effort()), path, defaults)
 
 
 def check_config_change(config: ml_collections.ConfigDict, workdir: pathlib.Path, *, step: int,
-                        allow_change: bool = False) -> str:
+                        allow_change: bool = False, defaults: Mapping[str, Any] | None = None) -> str:
   """Reading only: '' when `<workdir>/config.json` holds these settings (or there is no checkpoint yet, `step` 0),
   else the fields that differ as 'name: old -> new, ...' if `allow_change` (pass it to `write_config`), and a
-  ConfigChangedError naming them if not (a ValueError for a run of another variant)."""
+  ConfigChangedError naming them if not (a ValueError for a run of another variant). A field the file predates
+  (added to the configs after the run was written) is no change when its value is the one `defaults` (a nested
+  dict, `training.config_fields.predating_values()`) says such a run was trained as."""
   path = workdir / "config.json"
   old, new = _read_json(path), json.loads(config.to_json_best_effort())
-  changed = _changed_fields(old, new, path)
+  changed = _changed_fields(old, new, path, defaults)
   if not changed or step <= 0:
     return ""
   what = describe_differences(old, new, changed)

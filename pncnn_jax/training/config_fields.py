@@ -26,6 +26,9 @@ from pncnn_jax.runtime.cli import first_line
 # of fewer than 8 pixels has no pixel left at scale 1/8.
 MIN_CROP = 8
 
+UNSET = object()  # Field.before of the fields every config.json has
+
+
 def _names(reg) -> Callable[[Any], list[str]]:
   """The names of a registry when a config is checked (listing it loads the extensions: theirs are included)."""
   return lambda _config: sorted(reg)
@@ -45,6 +48,9 @@ class Field:
     training: only checked for training (`check_config(training=True)`).
     size: the length of an 'ints' tuple.
     note: appended to the message in brackets.
+    before: for a field added to the configs after runs were written with them: the value such a run (its
+      config.json without the field) was trained as; resuming it with that value is no change of settings
+      (`predating_values`). UNSET for the fields every config.json has.
   """
 
   kind: str
@@ -58,6 +64,7 @@ class Field:
   training: bool = False
   size: int | None = None
   note: str = ""
+  before: Any = dataclasses.field(default_factory=lambda: UNSET)
 
   def rule(self, config) -> str:
     """The allowed values, as the error message states them."""
@@ -158,8 +165,9 @@ FIELDS: dict[str, Field] = {
     "data.synthetic_cache_dir": Field("str"),
     "data.nyu_num_samples": Field("int", lo=1),
     "data.num_threads": Field("int", lo=1),
-    "data.sensors.train": Field("str", choices=_sensor_names, also={"": "the dataset's own sensor"}, training=True),
-    "data.sensors.eval": Field("str", choices=_sensor_names, also={"": "the dataset's own sensor"}),
+    "data.sensors.train": Field("str", choices=_sensor_names, also={"": "the dataset's own sensor"}, training=True,
+                                before=""),
+    "data.sensors.eval": Field("str", choices=_sensor_names, also={"": "the dataset's own sensor"}, before=""),
     # evaluation
     "metrics": Field("str", choices=_names(evaluate.METRIC_SETS)),
     "eval_batch_size": Field("int", lo=1),
@@ -194,6 +202,21 @@ FIELDS: dict[str, Field] = {
 # Beside the table, check_config checks what spans fields: a crop against its dataset's frames
 # (`data.smallest_frame`), a sensor mixture against its dataset (`data.pipeline.check_sensors`: NYU has no lasers),
 # ensemble.seeds against num_members, the calibration split against the evaluation split.
+
+
+def predating_values() -> dict[str, Any]:
+  """{field: value} as a nested dict for the fields added to the configs after runs were written (`Field.before`):
+  what a run whose config.json lacks them was trained as (`runtime.run_files.check_config_change(defaults=)`)."""
+  out: dict[str, Any] = {}
+  for path, f in FIELDS.items():
+    if f.before is UNSET:
+      continue
+    *parents, last = path.split(".")
+    node = out
+    for p in parents:
+      node = node.setdefault(p, {})
+    node[last] = f.before
+  return out
 
 
 def _get(config, path: str):

@@ -370,7 +370,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   workdir = pathlib.Path(os.path.abspath(os.fspath(workdir)))
   if workdir.exists() and not workdir.is_dir():
     raise ValueError(f"--workdir {workdir} is a file, not a folder")
-  run_files.check_config_file(config, workdir)  # config.json of another variant: nothing written yet
+  run_files.check_config_file(config, workdir, config_fields.predating_values())  # another variant: nothing written
   created = not workdir.exists()
   workdir.mkdir(parents=True, exist_ok=True)
   lock = run_files.WorkdirLock(workdir) if jax.process_index() == 0 else None
@@ -406,7 +406,8 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
   try:
     done = _finished(ckpt, config, workdir, total_steps)
     if done is not None:
-      run_files.check_config_change(config, workdir, step=done["step"], allow_change=allow_config_change)
+      run_files.check_config_change(config, workdir, step=done["step"], allow_change=allow_config_change,
+                                    defaults=config_fields.predating_values())
       log.warning("the run in %s had finished already (step %d of %d): nothing to do", workdir, done["step"],
                   total_steps)
       ckpt.close()
@@ -419,7 +420,8 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
     raise
   start = int(np.ravel(np.asarray(state.step))[0])  # (K,) steps for an ensemble, all equal
   try:  # every process checks (one line, before anything is written); process 0 writes
-    changed = run_files.check_config_change(config, workdir, step=start, allow_change=allow_config_change)
+    changed = run_files.check_config_change(config, workdir, step=start, allow_change=allow_config_change,
+                                            defaults=config_fields.predating_values())
   except BaseException:
     ckpt.close()
     raise

@@ -118,3 +118,20 @@ def test_metric_rows_name_the_unit_of_each_value_that_has_one(tmp_path):
   train, val = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert train["units"] == {"rmse": "m"} and train["rmse"] == 1.25 and train["loss"] == 0.5
   assert "units" not in val and val["rmse"] == 1250.0
+
+
+def test_a_field_added_to_the_configs_at_its_default_is_no_change(tmp_path):
+  """A run written before a field existed was trained as the field's default: resuming or rerunning it with the
+  default is no change; with another value it is, and so is a changed old field."""
+  defaults = {"data": {"sensors": {"train": ""}}}  # config_fields.predating_values(): the fields added later
+  (tmp_path / "config.json").write_text(json.dumps({"variant": "pncnn", "lr": 0.01, "data": {"crop": 64}}))
+  config = ml_collections.ConfigDict({"variant": "pncnn", "lr": 0.01, "data": {"crop": 64, "sensors": {"train": ""}}})
+  assert run_files.check_config_change(config, tmp_path, step=5, defaults=defaults) == ""
+  assert run_files.check_config_file(config, tmp_path, defaults) == []
+  with pytest.raises(run_files.ConfigChangedError, match=r"1 field\(s\) differ: data.sensors: '\(none\)' -> "):
+    run_files.check_config_change(config, tmp_path, step=5)  # without the defaults: a difference, as before
+  config.data.sensors.train = "lidar_mix"
+  with pytest.raises(run_files.ConfigChangedError, match="1 field"):
+    run_files.check_config_change(config, tmp_path, step=5, defaults=defaults)
+  config.data.sensors.train, config.lr = "", 0.1
+  assert run_files.check_config_file(config, tmp_path, defaults) == ["lr"]
