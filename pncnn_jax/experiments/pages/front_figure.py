@@ -10,7 +10,7 @@ the pixels without input support (`Completion.valid` False: NaN in its output) a
 (`data.input_contract.input_density`, the Completion's `input_density`) and the MAE of the valid prediction at the
 annotated ground-truth pixels.
 
-  python -m pncnn_jax.experiments.pages.front_figure --output docs/figures/kitti_64_16.png
+  python -m pncnn_jax.experiments.pages.front_figure --output docs/results/figures/kitti_64_16.png
 
 Regenerate it when the default model changes (the README's and docs/index.md's captions quote its numbers).
 """
@@ -31,7 +31,7 @@ from pncnn_jax.data import sparsify
 from pncnn_jax.experiments import sensors
 from pncnn_jax.inference import completer
 
-OUTPUT = "docs/figures/kitti_64_16.png"
+OUTPUT = "docs/results/figures/kitti_64_16.png"
 # The figure's rows: (label, every k-th laser, the input of `sensors.KittiFrame.sparse`).
 ROWS = (("64 beams: the whole scan", 1, "64 beams (the scan)"),
         ("16 beams: every 4th laser", 4, "16 beams (every 4th laser)"))
