@@ -54,6 +54,40 @@ def nchw_to_nhwc(a: np.ndarray) -> np.ndarray:
   return np.transpose(a, (0, 2, 3, 1))
 
 
+def frame_at_density(rng: np.random.Generator, shape: tuple[int, int], lo_m: float, hi_m: float,
+                     density: float = 0.08) -> np.ndarray:
+  """A sparse (H, W) float32 depth map: `density` of its pixels hold a depth uniform in [lo_m, hi_m] m, the first
+  and the last row among them, so its input density (`input_contract.input_density`) is `density`; the default
+  8 % lies inside the range the shipped models were trained on (6.0-10.3 %): a test sees only its own warnings."""
+  h, w = shape
+  n = round(density * h * w)
+  idx = np.concatenate([[rng.integers(w), (h - 1) * w + rng.integers(w)],
+                        rng.choice(np.arange(w, (h - 1) * w), n - 2, replace=False)])
+  frame = np.zeros(h * w, np.float32)
+  frame[idx] = rng.uniform(lo_m, hi_m, n)
+  return frame.reshape(h, w)
+
+
+def stop_after_writes(module: str, prog: str, writes: int) -> str:
+  """A `python -c` script that runs the bag command `module` as `prog` (its flags: the script's arguments) and, once
+  its bag writer has written `writes` messages, prints WRITING and sleeps: the test then signals or kills it in
+  the middle of a conversion."""
+  return f"""
+import runpy, sys, time
+from rosbags.rosbag2 import storage_sqlite3
+write, calls = storage_sqlite3.Sqlite3Writer.write, [0]
+def stop(self, *a):
+  write(self, *a)
+  calls[0] += 1
+  if calls[0] == {writes}:
+    print("WRITING", flush=True)
+    time.sleep(120)
+storage_sqlite3.Sqlite3Writer.write = stop
+sys.argv = [{prog!r}] + sys.argv[1:]
+runpy.run_module({module!r}, run_name="__main__")
+"""
+
+
 @pytest.fixture
 def recorded(monkeypatch):
   """`recorded(owner, name)`: from now on, the (args, kwargs) of every call of `owner.name` (a class's method, self

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from pncnn_jax import from_config, losses
+from pncnn_jax import from_config
 from pncnn_jax.data import input_contract, pipeline
 from pncnn_jax.data import sensors as sensors_lib
 from pncnn_jax.evaluate import depth, protocol
@@ -44,9 +44,9 @@ UNITS_EXTRA = {"density": "%", "coverage_95": "%", "ause_none": "m"}
 class SensorDepthEvaluator(depth.DepthEvaluator):
   """The depth evaluator, also reporting the input density and the ±1.96 sigma coverage of one sensor's batches.
 
-  Its result's details add `density` (`input_contract.input_density`, mean over images), `coverage_95`
-  (the share of valid pixels within mu ± 1.96 sigma, from the AUCE's coverage curve at alpha = 0.05; None without
-  a calibrated sigma) and the AUSE of the pNCNN ranking under the normalisations 'shared_max' and 'none' [m].
+  Its result's details add `density` (`input_contract.input_density`, mean over images) and `coverage_95` (the
+  share of valid pixels within mu ± 1.96 sigma: the depth evaluator's AUCE coverage curve at alpha = 0.05; None
+  without a calibrated sigma).
   """
 
   def start(self) -> None:
@@ -59,13 +59,11 @@ class SensorDepthEvaluator(depth.DepthEvaluator):
                                                   layouts=(input_contract.BHW1,)).tolist()
 
   def result(self) -> protocol.Result:
-    res = super().result()
-    ures = self._unc.result()
-    cal = ures["calibration"]
-    at = int(np.argmin(np.abs(cal.alphas - ALPHA_95)))
-    res.details.update(density=float(np.mean(self._density)), ause_shared_max=ures["ause_shared_max"],
-                       ause_none=ures["ause_none"],
-                       coverage_95=float(cal.coverage[at]) if self.loss_name in losses.PROBABILISTIC_LOSSES else None)
+    res = super().result()  # its details hold the AUSE normalisations and the AUCE's coverage curve
+    cal = res.details["calibration"]
+    at = None if cal is None else int(np.argmin(np.abs(cal.alphas - ALPHA_95)))
+    res.details.update(density=float(np.mean(self._density)),
+                       coverage_95=None if cal is None else float(cal.coverage[at]))
     return res
 
 

@@ -145,6 +145,8 @@ class DepthEvaluator(protocol.Evaluator):
     metrics, uncertainty: the row's error metrics (with num_images) and uncertainty figures apart;
     auroc_disturbed: AUROC of -c0 for the disturbed input points (synthetic data only, else None);
     sparsification, sparsification_gustafsson: the curves (`metrics.Sparsification`) for the plot;
+    ause_shared_max, ause_none: the pNCNN ranking's AUSE in the other normalisations (the second in m; docs/SPEC.md
+      §8.2a); calibration: the AUCE's `uncertainty.Calibration` (coverage per level; None without a sigma);
     panels: up to `num_panels` dicts of (H, W) arrays: sparse, input_confidence, depth, uncertainty, error, target;
     panel_names: the batches' `name` of each panel, if any; uncertainty_kind: what the panels' uncertainty is;
     error_by_disturbed_distance: `metrics.ErrorByDistance.result()` (with `error_by_distance` on batches with
@@ -255,6 +257,9 @@ class DepthEvaluator(protocol.Evaluator):
     panels, names = self._panels, self._panel_names if len(self._panel_names) == len(self._panels) else []
     details = {"metrics": mres, "uncertainty": unc, "auroc_disturbed": au, "sparsification": sp,
                "sparsification_gustafsson": sp_g, "panels": panels, "panel_names": names, "uncertainty_kind": kind,
+               # the pNCNN ranking's AUSE in the other normalisations [-, m] and the AUCE's coverage curve
+               "ause_shared_max": ures["ause_shared_max"], "ause_none": ures["ause_none"],
+               "calibration": ures["calibration"] if has_sigma else None,
                "error_by_disturbed_distance": (self._by_distance.result() if self._by_distance is not None
                                                and self._scores else None)}
     if self.input_points:

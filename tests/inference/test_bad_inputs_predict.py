@@ -20,22 +20,17 @@ from pncnn_jax.data import input_contract, io
 from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.inference import predict
 
+from conftest import frame_at_density
+
 MODEL = "synthetic:ncnn"
 SHAPE = (16, 24)
 KITTI_RAW = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "kitti_raw_mini" / "2011_09_26"
 
 
 def _frame(seed=0, shape=SHAPE):
-  """2-60 m at 8 % of the pixels, the first and the last row among them: an input density of 8 %, inside the range
-  the shipped models were trained on (6.0-10.3 %), so that a test sees only the warnings it is about."""
-  rng = np.random.default_rng(seed)
-  h, w = shape
-  n = round(0.08 * h * w)
-  idx = np.concatenate([[rng.integers(w), (h - 1) * w + rng.integers(w)],
-                        rng.choice(np.arange(w, (h - 1) * w), n - 2, replace=False)])
-  frame = np.zeros(h * w, np.float32)
-  frame[idx] = rng.uniform(2, 60, n)
-  return frame.reshape(h, w)
+  """2-60 m at 8 % of the pixels: inside the shipped models' trained input density (6.0-10.3 %), so that a test
+  sees only the warnings it is about."""
+  return frame_at_density(np.random.default_rng(seed), shape, 2.0, 60.0)
 
 
 def _run(capsys, *args):

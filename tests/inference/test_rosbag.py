@@ -19,7 +19,7 @@ from pncnn_jax.data import input_contract, points  # noqa: E402
 from pncnn_jax.inference import completer as completer_lib  # noqa: E402
 from pncnn_jax.inference import rosbag  # noqa: E402
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO, frame_at_density, stop_after_writes  # noqa: E402
 
 MODEL = "synthetic:pncnn_masked"  # a pNCNN: it has a sigma
 H, W = 12, 20  # pads to 16 x 24: one compiled program for every frame of both bags
@@ -245,14 +245,8 @@ def test_pixels_without_support_are_nan_in_32fc1(tmp_path, ros, capsys):
 
 
 def _lidar_like(rng):
-  """2-40 m at 8 % of the pixels, the first and last row among them: inside the shipped models' trained input
-  density (6.0-10.3 %)."""
-  n = round(0.08 * H * W)
-  idx = np.concatenate([[rng.integers(W), (H - 1) * W + rng.integers(W)],
-                        rng.choice(np.arange(W, (H - 1) * W), n - 2, replace=False)])
-  frame = np.zeros(H * W, np.float32)
-  frame[idx] = rng.uniform(2.0, 40.0, n)
-  return frame.reshape(H, W)
+  """2-40 m at 8 % of the pixels: inside the shipped models' trained input density (6.0-10.3 %)."""
+  return frame_at_density(rng, (H, W), 2.0, 40.0)
 
 
 def test_frames_outside_the_trained_density_are_one_warning_and_counted(tmp_path, ros, capsys):
@@ -427,20 +421,8 @@ def test_decoders_on_unusual_layouts(ros):
 # ------------------------------------------------------------------------------------------------------------
 # Issue 50.2 and 50.4: interrupted conversions, a full disk, empty paths, reruns.
 
-STOP_AFTER_FIRST_FRAME = """
-import runpy, sys, time
-from rosbags.rosbag2 import storage_sqlite3
-write, calls = storage_sqlite3.Sqlite3Writer.write, [0]
-def stop(self, *a):  # the first frame's depth, sigma and valid images are in the .db3: wait for the test's signal
-  write(self, *a)
-  calls[0] += 1
-  if calls[0] == 3:
-    print("WRITING", flush=True)
-    time.sleep(120)
-storage_sqlite3.Sqlite3Writer.write = stop
-sys.argv = ["rosbag"] + sys.argv[1:]
-runpy.run_module("pncnn_jax.inference.rosbag", run_name="__main__")
-"""
+# the first frame's depth, sigma and valid images are in the .db3 when it stops
+STOP_AFTER_FIRST_FRAME = stop_after_writes("pncnn_jax.inference.rosbag", "rosbag", 3)
 
 FULL_DISK = """
 import runpy, sqlite3, sys

@@ -18,7 +18,7 @@ from pncnn_jax.data import points  # noqa: E402
 from pncnn_jax.inference import completer as completer_lib  # noqa: E402
 from pncnn_jax.inference import rosbag, scans_to_bag  # noqa: E402
 
-from conftest import DATA, REPO  # noqa: E402
+from conftest import DATA, REPO, stop_after_writes  # noqa: E402
 
 RAW = DATA / "kitti_raw_mini" / "2011_09_26"
 SCAN = RAW / "2011_09_26_drive_0001_sync" / "velodyne_points" / "data" / "0000000005.bin"
@@ -233,20 +233,8 @@ def test_an_existing_output_is_replaced_only_with_overwrite_and_only_if_ours(tmp
                                                                           "--overwrite"])
 
 
-STOP_AFTER_FIRST_SCAN = """
-import runpy, sys, time
-from rosbags.rosbag2 import storage_sqlite3
-write, calls = storage_sqlite3.Sqlite3Writer.write, [0]
-def stop(self, *a):  # the first scan's camera info and cloud are in the .db3: wait for the test's signal
-  write(self, *a)
-  calls[0] += 1
-  if calls[0] == 2:
-    print("WRITING", flush=True)
-    time.sleep(120)
-storage_sqlite3.Sqlite3Writer.write = stop
-sys.argv = ["pncnn-scans-to-bag"] + sys.argv[1:]
-runpy.run_module("pncnn_jax.inference.scans_to_bag", run_name="__main__")
-"""
+# the first scan's camera info and cloud are in the .db3 when it stops
+STOP_AFTER_FIRST_SCAN = stop_after_writes("pncnn_jax.inference.scans_to_bag", "pncnn-scans-to-bag", 2)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
