@@ -97,11 +97,13 @@ def nconv(
     raise ValueError(f"nconv: data {tuple(x.shape)} and confidence {tuple(c.shape)} shapes differ")
   if w.ndim != 4 or w.shape[2] != x.shape[-1]:
     raise ValueError(f"nconv: kernel {tuple(w.shape)} does not fit input channels {x.shape[-1]}")
-  batch = x.shape[0]
   c = jnp.where(c < 0, 0.0, c).astype(c.dtype)  # a confidence is a non-negative weight (see above)
-  # One convolution for numerator and denominator: stack [x*c; c] along the batch.
-  both = cpu_kernels.nconv_conv(jnp.concatenate([x * c, c], axis=0), w, conv_precision)
-  num, den = both[:batch], both[batch:]
+  # One convolution for numerator and denominator: x*c and c interleaved along the batch, (B, 2, ...) ->
+  # (2B, ...), so that each row's pair stays with the row. A batch split over devices stays split with no data
+  # moved; [x*c; c] stacked block-wise would cross the split and move every activation between devices.
+  both = cpu_kernels.nconv_conv(jnp.stack([x * c, c], axis=1).reshape(-1, *x.shape[1:]), w, conv_precision)
+  both = both.reshape(x.shape[0], 2, *both.shape[1:])
+  num, den = both[:, 0], both[:, 1]
   x_out = _normalized_ratio(num, den, eps) + b.reshape(1, 1, 1, -1)
   c_out = den / jnp.sum(w, axis=(0, 1, 2), keepdims=True)
   return x_out, c_out
