@@ -101,6 +101,27 @@ def test_nconv_is_invariant_to_kernel_scale():
     np.testing.assert_allclose(a, b_, rtol=1e-5)
 
 
+def test_nconv_on_a_sharded_batch_moves_no_data_between_devices():
+  """A batch split over devices (data parallelism) stays split through NConv and its gradient: the compiled
+  program holds no collective (each row's numerator and denominator are convolved on the row's device)."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
+  assert jax.device_count() >= 2, "the suite runs on 2 host devices (tests/conftest.py)"
+  mesh = Mesh(np.asarray(jax.devices()[:2]), ("data",))
+  rows = NamedSharding(mesh, PartitionSpec("data"))
+  x, c = _rand(0, (4, 16, 24, 2), 0, 10), _rand(1, (4, 16, 24, 2))
+  w, b = _rand(2, (5, 5, 2, 2)), jnp.zeros(2)
+
+  def loss(x, c):  # its gradient needs no reduction over the batch: any collective would be NConv's own
+    x_out, c_out = layers.nconv(x, c, w, b)
+    return jnp.sum(x_out * c_out)
+
+  fwd_bwd = jax.jit(jax.grad(loss, argnums=(0, 1)), in_shardings=(rows, rows), out_shardings=(rows, rows))
+  hlo = fwd_bwd.lower(x, c).compile().as_text()
+  found = [op for op in ("collective-permute", "all-to-all", "all-gather", "all-reduce", "reduce-scatter")
+           if f" {op}(" in hlo or f" {op}-start(" in hlo]
+  assert not found, f"NConv on a batch sharded over 2 devices compiles to {found}"
+
+
 def test_confidence_downsample_rule():
   c = jnp.array([[1, 3, 2, 2, 0], [3, 0, 2, 2, 9], [0, 0, 5, 1, 9]], jnp.float32)[None, :, :, None]
   x = jnp.arange(15, dtype=jnp.float32).reshape(1, 3, 5, 1)
