@@ -257,22 +257,27 @@ def _last_checkpoint_time(workdir: pathlib.Path, run: runs_lib.Run) -> float:
   return runner.checkpoint_time(runs_lib.run_dir(workdir, run), runs_lib.final_weights(workdir, run)[0])
 
 
-def table(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> runner.Table:
+def table(workdir: pathlib.Path, scale: str, *, evaluate: bool = True,
+          runs: Sequence[runs_lib.Run] | None = None) -> runner.Table:
   """The depth task's run table (`runner.Table`): every finished run of runs.RUNS, NCNN without its disturbed
   points (the headroom a perfect c0 would have) and the ensemble when its four runs are finished, each cached in
   <workdir>/eval/ until its run changes; the summary is what `pncnn_jax.experiments.pages.report.write` turns into
   docs/results/RESULTS.md (`pncnn_jax.experiments.carry_over` adds an earlier sitting's results of the runs not
-  finished here). `evaluate`: whether this sitting evaluates (the oracle is only read otherwise)."""
+  finished here). `evaluate`: whether this sitting evaluates (the oracle is only read otherwise). `runs`: other
+  runs than the paper's (runs.SENSOR_RUNS): the finished ones of them alone, without the oracle and the ensemble."""
   cache_dir = runs_lib.build_caches(workdir, scale)
-  done = [r for r in runs_lib.RUNS if runs_lib.finished(workdir, r, scale)]
-  missing = [r.name for r in runs_lib.select("", scale) if r not in done]  # of the runs this scale is for
+  paper = runs is None
+  pool = runs_lib.RUNS if paper else tuple(runs)
+  done = [r for r in pool if runs_lib.finished(workdir, r, scale)]
+  missing = [r.name for r in (runs_lib.select("", scale) if paper else pool) if r not in done]  # of this scale's runs
   entries = [runner.Entry(run.name, lambda run=run: evaluate_run(workdir, run, scale, cache_dir),
                           _last_checkpoint_time(workdir, run)) for run in done]
   ncnn = runs_lib.RUNS_BY_NAME["ncnn"]
   oracle_measured = evaluate and ncnn in done
-  entries.append(runner.Entry("ncnn_oracle_c0", (lambda: oracle_ncnn(workdir, scale, cache_dir)) if oracle_measured
-                              else None, _last_checkpoint_time(workdir, ncnn)))
-  fusion = all(runs_lib.finished(workdir, runs_lib.RUNS_BY_NAME[n], scale) for n in runs_lib.ENSEMBLE)
+  if paper:
+    entries.append(runner.Entry("ncnn_oracle_c0", (lambda: oracle_ncnn(workdir, scale, cache_dir))
+                                if oracle_measured else None, _last_checkpoint_time(workdir, ncnn)))
+  fusion = paper and all(runs_lib.finished(workdir, runs_lib.RUNS_BY_NAME[n], scale) for n in runs_lib.ENSEMBLE)
   if fusion:  # measured also in the report stage when a cached table is stale (its members changed)
     path = workdir / "eval" / "ensemble.json"
     newest = max(_last_checkpoint_time(workdir, runs_lib.RUNS_BY_NAME[n]) for n in runs_lib.ENSEMBLE)
@@ -286,7 +291,7 @@ def table(workdir: pathlib.Path, scale: str, *, evaluate: bool = True) -> runner
         evals[run.name] = values[run.name]
         if how := trained_by(workdir, run):
           evals[run.name] = {**evals[run.name], "trained_by": how}
-    if values["ncnn_oracle_c0"] is not None:
+    if values.get("ncnn_oracle_c0") is not None:
       evals["ncnn_oracle_c0"] = values["ncnn_oracle_c0"]
     return {"scale": scale, "recipe": runs_lib.SCALES[scale], "runs": evals, "fusion": values.get("ensemble"),
             "scenes": f"{runs_lib.SCALES[scale]['test_scenes']} held-out test scenes",

@@ -31,6 +31,10 @@ The baselines of the paper's headline comparison (MC-Dropout and deep ensembles 
 learning-rate sweep first (three short runs), then them, evaluates them beside the pNCNN family and writes
 docs/results/RESULTS_BASELINES.md (`pncnn_jax.experiments.baselines`; at other scales
 <workdir>/RESULTS_BASELINES.md). They are never shipped (`--ship` leaves them out: an ensemble of ResNet-18s is 440 MB).
+The sensor-robust model's two runs (`pncnn_jax.experiments.runs.SENSOR_RUNS`, trained on a mixture of sensors) also
+train only when named (`--only sparse_var_beta_detach_masked_lidar_mix,sparse_var_beta_detach_masked_lidar_mix_seed1`);
+they are evaluated on the same held-out scenes into <workdir>/SENSOR_RUNS.json (no results page changes: their page is
+docs/results/SENSORS.md, `pncnn_jax.experiments.sensors --runs_summary`) and shipped like the others.
 
 `--jobs N` trains up to N runs at once, each in its own process (on a GPU each takes 0.9/N of its memory; the
 processes share one compilation cache in <workdir>/jax_cache), and renders the scene caches with N processes.
@@ -68,6 +72,10 @@ from pncnn_jax.experiments.runs import Run
 from pncnn_jax.runtime import compile_cache
 from pncnn_jax.training import loop
 
+# The sensor-robust runs (runs.SENSOR_RUNS: --only sparse_var_beta_detach_masked_lidar_mix,...) are evaluated on
+# the same held-out scenes as the paper's runs, into <workdir>/SENSOR_RUNS.json, which docs/results/SENSORS.md
+# reads for their claims at 64 beams (`pncnn_jax.experiments.sensors --runs_summary`); no other page changes.
+SENSOR_SUMMARY = "SENSOR_RUNS.json"
 
 def train_runs(workdir: pathlib.Path, scale: str, runs: Sequence[Run], jobs: int = 1) -> None:
   """Trains (or resumes) each run, `jobs` at a time; finished runs are skipped. Baselines whose learning rate comes
@@ -201,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     runs = runs_lib.select(args.only, args.scale)
     with_baselines = any(runs_lib.is_baseline(r) for r in runs)
-    only_baselines = with_baselines and all(runs_lib.is_baseline(r) for r in runs)
+    sensor_runs = [r for r in runs if runs_lib.is_sensor_run(r)]
+    paper_runs = [r for r in runs if not runs_lib.is_baseline(r) and not runs_lib.is_sensor_run(r)]
+    only_baselines = with_baselines and not paper_runs and not sensor_runs
     baseline_page = pathlib.Path(args.results) if (only_baselines and args.results) else (
         pathlib.Path(report.PAGES_DIR) / pages_baselines.PAGE if args.scale == "long"
         else workdir / pages_baselines.PAGE)
@@ -219,7 +229,17 @@ def main(argv: Sequence[str] | None = None) -> int:
       pages_baselines.write(runner.evaluate_all(workdir, baselines_lib.table(workdir, args.scale),
                                                 evaluate=evaluate), baseline_page)
       print(f"wrote {baseline_page} and {baseline_page.with_suffix('.json')}", flush=True)
-    if args.stage in ("all", "evaluate", "report") and not only_baselines:
+    if args.stage in ("all", "evaluate", "report") and sensor_runs:
+      evaluate = args.stage != "report"
+      sensors_summary = runner.evaluate_all(workdir, evaluate_runs.table(workdir, args.scale, evaluate=evaluate,
+                                                                         runs=sensor_runs), evaluate=evaluate)
+      path = workdir / SENSOR_SUMMARY
+      path.write_text(json.dumps(sensors_summary, indent=1, default=float) + "\n")
+      print(f"wrote {path} (docs/results/SENSORS.md takes it: python -m pncnn_jax.experiments.sensors --runs_summary "
+            f"{path})", flush=True)
+      if args.ship:
+        evaluate_runs.ship_weights(workdir, args.scale, sensors_summary, pathlib.Path(args.ship), sensor_runs)
+    if args.stage in ("all", "evaluate", "report") and paper_runs:
       evaluate = args.stage != "report"
       summary = runner.evaluate_all(workdir, evaluate_runs.table(workdir, args.scale, evaluate=evaluate),
                                     evaluate=evaluate)
@@ -228,8 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       report.write(summary, pathlib.Path(args.results), workdir)
       print(f"wrote {args.results} and {pathlib.Path(args.results).with_suffix('.json')}", flush=True)
       if args.ship:
-        evaluate_runs.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship),
-                                   [r for r in runs if not runs_lib.is_baseline(r)])
+        evaluate_runs.ship_weights(workdir, args.scale, summary, pathlib.Path(args.ship), paper_runs)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

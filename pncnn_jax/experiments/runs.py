@@ -154,6 +154,7 @@ SEED_GROUPS: dict[str, tuple[str, ...]] = {
     "pncnn_beta_masked": ("pncnn_beta_masked", "pncnn_beta_masked_seed1"),
     "pncnn_beta_detach_masked": ("pncnn_beta_detach_masked", "pncnn_beta_detach_masked_seed1"),
     "sparse_var_beta_detach_masked": ("sparse_var_beta_detach_masked", "sparse_var_beta_detach_masked_seed1"),
+    "sparse_var_beta_detach_masked_lidar_mix": tuple(r.name for r in SENSOR_RUNS),
     "laplace_masked": ("laplace_masked", "laplace_masked_seed1", "laplace_masked_seed2"),
     "ncnn_conf_l1_masked": ("ncnn_conf_l1_masked", "ncnn_conf_l1_masked_seed1", "ncnn_conf_l1_masked_seed2"),
     "pncnn_masked_lr3e-3": ("pncnn_masked_lr3e-3", "pncnn_masked_lr3e-3_seed1"),
@@ -167,6 +168,11 @@ LR_PAIRS = (("pncnn_masked_lr3e-3", "pncnn_masked"), ("ncnn_conf_l1_masked_lr3e-
 def is_baseline(run: Run) -> bool:
   """A run of the baseline comparison (BASELINES), not of the pNCNN family."""
   return run.group in ("baseline", "baseline_sweep")
+
+
+def is_sensor_run(run: Run) -> bool:
+  """A run of the sensor-robust model (SENSOR_RUNS), evaluated and shipped apart from the paper's runs."""
+  return run.group == "sensors"
 
 
 def sweep_recipe(scale: str) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from pncnn_jax.data import io as data_io
 from pncnn_jax.data import points, sparsify
 from pncnn_jax.data import sensors as data_sensors
 from pncnn_jax.evaluate import across_sensors, pairs
+from pncnn_jax.experiments import claims as claims_lib
 from pncnn_jax.experiments import runs
 from pncnn_jax.inference import completer
 
@@ -145,9 +146,24 @@ def target_checks(results: dict[str, dict[str, dict]], recommended: str | None) 
   return lines + ([""] + notes if notes else [])
 
 
-def render(results: dict[str, dict[str, dict]], meta: dict, kitti: dict) -> str:
+def paper_claims(runs_summary: dict, reference: dict) -> tuple[list[tuple[str, bool | None, str]], list[str]]:
+  """The paper's claims (b)-(d) (`pncnn_jax.experiments.claims`) for the runs of `runs_summary` (the sensor-robust
+  runs on the long recipe's 96 held-out test scenes at 64 beams: `reproduce --only ...lidar_mix...` writes it to
+  <workdir>/SENSOR_RUNS.json) against the rows of `reference` (docs/results/RESULTS_LONG.json, the same scenes)
+  they compare with: ([(claim, holds, numbers)] of the claims that name one of those runs, the lines of their
+  spread over seeds, which the claims refer to)."""
+  ours = runs_summary["runs"]
+  merged = {**{n: r for n, r in reference["runs"].items() if n not in ours}, **ours}
+  claims = [c for c in claims_lib.claims(merged, None) if any(f"`{n}`" in c[0] for n in ours)]
+  refs = {n: reference["runs"][n] for n in ("ncnn_conf_l1_masked",) if n in reference["runs"] and n not in ours}
+  return claims, claims_lib.seed_lines({**refs, **ours})
+
+
+def render(results: dict[str, dict[str, dict]], meta: dict, kitti: dict,
+           claims: tuple[list[tuple[str, bool | None, str]], list[str]] | None = None) -> str:
   """docs/results/SENSORS.md: per model, one row per sensor with its ratio to the 64-beam row, then the targets,
-  then the real KITTI frame (`kitti`: `kitti_summary`, or {'available': False, 'reason': ...})."""
+  the paper's claims for the sensor-robust model (`claims`: `paper_claims`) and the real KITTI frame (`kitti`:
+  `kitti_summary`, or {'available': False, 'reason': ...})."""
   keys = ("density", "mae", "rmse", "ause_pncnn", "ause_shared_max", "auce", "nll", "coverage_95", "auroc_disturbed")
   head = ["model", "sensor", "input [%]", "MAE [mm]", "RMSE [mm]", "AUSE", "AUSE shared max", "AUCE", "NLL",
           "within 1.96 sigma [%]", "c0 AUROC"]
@@ -181,6 +197,13 @@ def render(results: dict[str, dict[str, dict]], meta: dict, kitti: dict) -> str:
             "at every LiDAR density 90-98 % of the pixels within 1.96 sigma; VO at 0.15 %: MAE <= 3x (a stretch). "
             "Checked for every model with a sigma:", ""]
   lines += target_checks(results, meta.get("recommended"))
+  if claims:
+    lines += ["", "## The paper's claims for the sensor-robust model (64 beams)", "",
+              f"On the long recipe's {meta['claims_scenes']} seen by the 64-beam LiDAR, with the project's claim "
+              "checks and against the rows of [RESULTS_LONG.md](RESULTS_LONG.md) (the same scenes):", ""]
+    lines += [f"- {claim}: {claims_lib.mark(ok)}." + (f" {numbers}." if numbers else "")
+              for claim, ok, numbers in claims[0]]
+    lines += [line.replace("## Spread over seeds", "### Spread over seeds", 1) for line in claims[1]]
   lines += [""] + render_kitti(kitti)
   return "\n".join(lines) + "\n"
 
@@ -408,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--sensors", default=",".join(SENSORS), help=f"sensor names; {REFERENCE} is added first")
   p.add_argument("--num_scenes", type=int, default=32)
   p.add_argument("--crop", default="x".join(map(str, runs.SCALES["long"]["eval_crop"])), help="HxW")
+  p.add_argument("--runs_summary", default="",
+                 help="<workdir>/SENSOR_RUNS.json of `reproduce --only sparse_var_beta_detach_masked_lidar_mix,...`: "
+                      "the page adds the paper's claims (b)-(d) for those runs")
+  p.add_argument("--reference_results", default="docs/results/RESULTS_LONG.json",
+                 help="the page of the runs the claims compare with (the same held-out scenes)")
   p.add_argument("--kitti_raw", default=None,
                  help=f"KITTI raw folder (<date>/<drive>/velodyne_points, <date>/calib_*.txt) of the real frame "
                       f"(default: {shown(KITTI_RAW)} when it exists; '': no real frame)")
@@ -442,6 +470,16 @@ def main(argv: list[str] | None = None) -> int:
   except (FileNotFoundError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  claims, claims_scenes = None, None
+  if args.runs_summary:
+    try:
+      summary = json.loads(pathlib.Path(args.runs_summary).read_text())
+      claims = paper_claims(summary, json.loads(pathlib.Path(args.reference_results).read_text()))
+      claims_scenes = summary["scenes"]
+    except (OSError, ValueError, KeyError) as e:
+      print(f"error: --runs_summary {args.runs_summary} with --reference_results {args.reference_results}: {e}",
+            file=sys.stderr)
+      return 2
   t = time.time()
   results = evaluate_models(model_specs(args.models), sensors, args.num_scenes, crop)
   if frames is None:
@@ -456,12 +494,14 @@ def main(argv: list[str] | None = None) -> int:
                           check=False).stdout.strip() or "unknown"
   meta = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "seconds": time.time() - t,
           "machine": f"{platform.machine()}, {os.cpu_count()} cores", "num_scenes": args.num_scenes,
-          "crop": list(crop), "sensors": sensors, "recommended": args.recommended,
+          "crop": list(crop), "sensors": sensors, "recommended": args.recommended, "claims_scenes": claims_scenes,
           "command": "python -m pncnn_jax.experiments.sensors " + " ".join(argv if argv is not None else sys.argv[1:])}
   out = pathlib.Path(args.output)
-  out.write_text(render(results, meta, kitti))
-  out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results, "kitti_frame": kitti},
-                                                 indent=1) + "\n")
+  out.write_text(render(results, meta, kitti, claims))
+  out.with_suffix(".json").write_text(json.dumps(
+      {"meta": meta, "results": results, "kitti_frame": kitti,
+       "claims": [{"claim": c, "holds": ok, "numbers": n} for c, ok, n in (claims or ([], []))[0]]}, indent=1)
+      + "\n")
   print(f"wrote {out} and {out.with_suffix('.json')}")
   return 0
 

@@ -46,6 +46,19 @@ def test_unknown_run_name_is_a_one_line_error(capsys):
   assert "unknown run(s) ['pncnn_typo']" in capsys.readouterr().err
 
 
+def test_sensor_runs_write_their_own_summary_and_no_results_page(tmp_path, capsys):
+  """The sensor-robust runs are evaluated apart (<workdir>/SENSOR_RUNS.json, which SENSORS.md reads): the results page
+  of the paper's runs is neither written nor replaced; unfinished, they are listed as such."""
+  wd, page = tmp_path / "wd", tmp_path / "docs" / "RESULTS.md"
+  names = [r.name for r in runs.SENSOR_RUNS]
+  assert reproduce.main(["--workdir", str(wd), "--scale", "smoke", "--only", ",".join(names), "--stage", "report",
+                         "--results", str(page)]) == 0
+  assert not page.exists() and not page.with_suffix(".json").exists()
+  summary = json.loads((wd / reproduce.SENSOR_SUMMARY).read_text())
+  assert summary["runs"] == {} and summary["not_finished"] == names and summary["fusion"] is None
+  assert f"wrote {wd / reproduce.SENSOR_SUMMARY}" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_reproduce_end_to_end_resumes_and_ships(tmp_path, capsys, monkeypatch):
   wd, results_md, ship = tmp_path / "wd", tmp_path / "docs" / "RESULTS.md", tmp_path / "ship" / "synthetic"

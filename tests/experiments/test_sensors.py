@@ -144,3 +144,43 @@ def test_the_real_frame_section_matches_a_completer_run(kitti_dirs, kitti_files,
   assert (f"| {label} | 16 beams (every 4th laser) | {r['density']:.3g} | {r['mae']:.0f} | {r['rmse']:.0f} | "
           f"{r['mae_ratio']:.2f}x | {r['coverage_95']:.1f} |") in section
   assert page.index("## Targets of the sensor-robust model") < page.index("## The real KITTI frame")
+
+
+def test_the_sensor_robust_runs_get_the_paper_claims_against_the_long_page(tmp_path, capsys):
+  """Claims (b)-(d) of the two sensor-robust runs (<workdir>/SENSOR_RUNS.json) against NCNN-Conf-L1 (masked) of the
+  long page; the spread over their seeds, which the claims cite, comes with them; no other run's claim. Worked by
+  hand: the reference has MAE 500, RMSE 2500, AUSE 0.2."""
+  from fake_runs import fake_run  # pylint: disable=g-import-not-at-top
+  name = "sparse_var_beta_detach_masked_lidar_mix"
+  ours = {"scenes": "96 held-out test scenes",
+          "runs": {name: fake_run(540, 2600, 0.05, 0.9, 0.85, 0.1, 1.0),                # (b) (c) (d) hold
+                   f"{name}_seed1": fake_run(600, 2600, 0.12, 0.9, 0.7, 0.1, 1.0)}}   # (d) MAE +20 %, (c), (b) not
+  reference = {"runs": {"ncnn_conf_l1_masked": fake_run(500, 2500, 0.2, 0.9, 0.85, 0.01, 0.2),
+                        "pncnn_masked": fake_run(510, 2550, 0.08, 0.81, 0.81, 0.5, 1.0),
+                        name: fake_run(1, 1, 1, 0, 0, 1, 1)}}  # a row of the same name on the page: ours wins
+  claims, spread = sensors.paper_claims(ours, reference)
+  got = {c: (ok, nums) for c, ok, nums in claims}
+  assert [c[:3] for c in got] == ["(b)", "(c)", "(d)"] and all(f"`{name}`" in c for c in got)
+  b, c, d = got.values()
+  assert (b[0], c[0], d[0]) == (True, True, True)
+  assert "AUSE (pNCNN def.) 0.050 vs 0.200 (ratio 0.25)" in c[1] and "MAE 540 vs 500 mm (+8.0 %)" in d[1]
+  assert b[1].endswith("it holds for 1 of 2 (table 'Spread over seeds')")
+  assert d[1].endswith("it holds for 1 of 2 (table 'Spread over seeds')")
+  assert spread[1].startswith("## Spread over seeds")
+  assert f"| `{name}` seeds 0-1: mean (sd) | 570 (42.4) |" in "\n".join(spread)
+  assert "`pncnn_masked`" not in "\n".join(spread)
+  summary = tmp_path / "SENSOR_RUNS.json"
+  summary.write_text(json.dumps(ours))
+  page = sensors.render({}, {"num_scenes": 2, "crop": [8, 8], "command": "c", "date": "d", "commit": "x",
+                             "seconds": 1.0, "machine": "m", "sensors": ["hdl64"], "claims_scenes": ours["scenes"]},
+                        {"available": False, "reason": "r"}, (claims, spread))
+  section = page.split("## The paper's claims for the sensor-robust model (64 beams)")[1]
+  assert "On the long recipe's 96 held-out test scenes seen by the 64-beam LiDAR" in section
+  assert f"- (c) `{name}` AUSE clearly below `ncnn_conf_l1_masked`'s (ratio <= 0.5): **holds**." in section
+  assert "### Spread over seeds" in section.split("## The real KITTI frame")[0]
+  (tmp_path / "empty.json").write_text("{}")
+  for bad, why in ((tmp_path / "none.json", "No such file"), (tmp_path / "empty.json", "'runs'")):
+    assert sensors.main(["--output", str(tmp_path / "S.md"), "--runs_summary", str(bad), "--kitti_raw", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --runs_summary {bad} with --reference_results") and why in err, err
+    assert not (tmp_path / "S.md").exists()
