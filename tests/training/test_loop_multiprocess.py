@@ -114,7 +114,7 @@ def _main_stack(log: str) -> str:
   return "\n".join(ours[:12]) or "\n".join(frames[:12])
 
 
-def _wait_all(procs, log_dir, tag, timeout):
+def _wait_all(procs, log_dir, tag, timeout, workdir=None):
   deadline = time.monotonic() + timeout
   try:
     for p in procs:
@@ -129,10 +129,16 @@ def _wait_all(procs, log_dir, tag, timeout):
       p.kill()
     # CI shows only the end of a failure: the full logs first, then each process's main-thread stack and the codes.
     logs = [_log(log_dir, tag, i) for i in range(len(procs))]
+    reached = ""
+    if workdir is not None:  # where the run stood: the step a hang is in
+      rows = ([json.loads(line)["step"] for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+              if (workdir / "metrics.jsonl").exists() else [])
+      reached = (f"checkpoints {manager.Checkpointer(workdir, read_only=True).all_steps()}, metrics.jsonl steps "
+                 f"{rows}\n")
     pytest.fail(f"{tag}: timed out after {timeout} s\n" + "\n".join(
         f"process {i} stderr:\n{log[-6000:]}" for i, log in enumerate(logs)) + "\n" + "\n".join(
         f"--- process {i}: exit code at the timeout {codes[i]}; its main thread:\n{_main_stack(log)}"
-        for i, log in enumerate(logs)))
+        for i, log in enumerate(logs)) + "\n" + reached)
   for i, p in enumerate(procs):
     assert p.returncode == 0, f"{tag}: process {i} exited with {p.returncode}:\n{_log(log_dir, tag, i)[-3000:]}"
 
@@ -188,7 +194,7 @@ def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
   t_killed = time.monotonic()
 
   second = _launch(launched, mp_dir, logs, "second")
-  _wait_all(second, logs, "second", timeout=300)
+  _wait_all(second, logs, "second", timeout=300, workdir=mp_dir)
   t_end = time.monotonic()
   print(f"first launch + reference {t_killed - t0:.1f} s, resumed launch {t_end - t_killed:.1f} s")
   for i in range(2):
