@@ -1,8 +1,8 @@
 r"""Depth completion with uncertainty on your own sparse depth maps or point clouds.
 
-  python -m pncnn_jax.predict --checkpoint PATH --input FILE_OR_DIR --output DIR [--input_format auto]
+  python -m pncnn_jax.predict [--checkpoint PATH] --input FILE_OR_DIR --output DIR [--input_format auto]
       [--depth_scale M] [--output_format same] [--variant NAME] [--no_preview] [--overwrite] [--fill_unsupported]
-  python -m pncnn_jax.predict --checkpoint PATH --points SCAN_OR_DIR --calib CALIB [--camera 02] --output DIR
+  python -m pncnn_jax.predict [--checkpoint PATH] --points SCAN_OR_DIR --calib CALIB [--camera 02] --output DIR
 
 Input formats (`--input_format`; a directory is searched recursively for the format's files, following
 symlinked folders; dangling links are named and skipped):
@@ -645,9 +645,9 @@ def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="python -m pncnn_jax.predict", description=__doc__.splitlines()[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog=__doc__.split("\n\n", 2)[2].split("\n\nFor every")[0])
-  parser.add_argument("--checkpoint", required=True,
+  parser.add_argument("--checkpoint", default=completer_lib.RECOMMENDED,
                       help="pncnn_jax checkpoint dir/workdir, shipped name (synthetic:pncnn_masked) or official "
-                           ".pth.tar/.npz")
+                           f".pth.tar/.npz (default: the recommended shipped model, {completer_lib.RECOMMENDED})")
   parser.add_argument("--input", default=None, help="a sparse depth file or a directory of them")
   parser.add_argument("--points", default=None,
                       help="instead of --input: a point cloud (.bin KITTI Velodyne, .npy (N, 3|4) metres) or a "

@@ -6,8 +6,9 @@ import pytest
 
 from pncnn_jax.checkpoints import loader, manager
 from pncnn_jax.data import io
-from pncnn_jax.inference import predict
+from pncnn_jax.inference import completer, predict
 from pncnn_jax.nn import models
+from pncnn_jax.runtime import run_files
 
 
 def test_any_size_pads_and_crops_back():
@@ -285,6 +286,10 @@ def test_a_shipped_model_predicts_in_metres_from_every_format(tmp_path):
   for depth in (io.read_kitti_depth(out / "kitti.png"), np.load(out / "metres.npy"), np.load(out / "tof.npy")):
     assert abs(np.median(depth) - 10.0) < 1.0, np.median(depth)
   assert (out / "tof_preview.png").stat().st_size > 0
+  # Without --checkpoint: the recommended shipped model (the Completer's and the bag command's default).
+  assert predict.main(["--input", str(inp / "metres.npy"), "--output", str(tmp_path / "default")]) == 0
+  assert run_files.read_writer(tmp_path / "default")["checkpoint"] == completer.RECOMMENDED
+  assert abs(np.median(np.load(tmp_path / "default" / "metres.npy")) - 10.0) < 1.0
 
 
 @pytest.mark.parametrize("args, message", [
