@@ -171,7 +171,7 @@ def render(results: dict[str, dict[str, dict]], meta: dict, kitti: dict,
       "# Behaviour across sensors",
       "",
       f"Each model runs unchanged on the same held-out synthetic scenes ({meta['num_scenes']} test scenes, centre "
-      f"{meta['crop'][0]}x{meta['crop'][1]} crops) seen by other sensors: the simulated 64-beam LiDAR the shipped "
+      f"{meta['crop'][0]}x{meta['crop'][1]} crops) seen by other sensors: the simulated 64-beam LiDAR most shipped "
       "models were trained on (`hdl64`), every 2nd and every 4th of its lasers (`thin2`, `thin4`: 32 and 16 beams "
       "over the same vertical field), the 32-, 16- and 128-beam presets rendered with their own field and mount "
       "(`hdl32`, `os1_32`, `vlp16`, `os1_128`), and visual-odometry points on 0.15 % of the pixels (`vo_015`). The "
