@@ -312,7 +312,7 @@ def convert(scans: str | os.PathLike, calib: str | os.PathLike, output: str | os
       bar.close()
       shutil.rmtree(tmp_root, ignore_errors=True)
       if isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, FileExistsError)):
-        raise BagWriteError(e.errno or 0, f"cannot write {out}: {first_line(e)}; nothing was written") from None
+        raise rosbag.BagWriteError(e.errno or 0, f"cannot write {out}: {first_line(e)}; nothing was written") from None
       raise
   shutil.rmtree(tmp_root, ignore_errors=True)
   log(f"wrote {out}: {len(files)} scan(s), {total} points, on {points_topic} (PointCloud2, frame {LIDAR_FRAME}) and "
@@ -324,7 +324,7 @@ def convert(scans: str | os.PathLike, calib: str | os.PathLike, output: str | os
           "topics": {"points": points_topic, "camera_info": info_topic}, "calib_file": out / CALIB_FILE}
 
 
-BagWriteError = rosbag.BagWriteError  # the bag could not be written (a full disk, a read-only place): nothing is left
+
 def main(argv: list[str] | None = None) -> int:
   parser = cli.ArgumentParser(prog="pncnn-scans-to-bag", description=__doc__.splitlines()[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter,
