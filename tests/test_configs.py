@@ -194,9 +194,10 @@ def test_ensemble_fields(field, value, message):
 
 
 def test_fields_added_later_say_what_older_runs_were_trained_as():
-  """data.sensors came after runs (the shipped models, a user's demo_out) were written: their config.json lacks it
-  and they were trained on the dataset's own sensor, which is also its default, so resuming them is no change."""
-  assert config_fields.predating_values() == {"data": {"sensors": {"train": "", "eval": ""}}}
+  """data.sensors and init_from came after runs (the shipped models, a user's demo_out) were written: their
+  config.json lacks them and they were trained on the dataset's own sensor from scratch, which are also the
+  defaults, so resuming them is no change."""
+  assert config_fields.predating_values() == {"init_from": "", "data": {"sensors": {"train": "", "eval": ""}}}
   base = from_config.load_config(f"{REPO}/configs/synthetic.py:pncnn")
   for path, field in config_fields.FIELDS.items():
     if field.before is not config_fields.UNSET:

@@ -24,6 +24,9 @@ def get_config(variant: str = "pncnn", name: str = "base") -> ml_collections.Con
       detach_variance_input=False,  # our option (training): no gradient from the variance UNet into NConv and c0
   )
   c.seed = 0  # parameter init and data order
+  c.init_from = ""  # fine-tuning: start a fresh run from these weights (any checkpoint pncnn_jax.checkpoints.loader
+  # loads: a shipped name such as 'synthetic:pncnn_masked', a workdir, a step folder) instead of `seed`'s; the same
+  # variant; Adam and the schedule start afresh. '' = from scratch. Only read when the workdir has no checkpoint.
 
   c.data = ml_collections.ConfigDict()
   c.data.dataset = "kitti_depth"  # 'synthetic' | 'kitti_depth' | 'nyu_depth'

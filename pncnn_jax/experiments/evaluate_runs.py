@@ -35,6 +35,7 @@ from pncnn_jax.evaluate import depth as evaluate_depth
 from pncnn_jax.experiments import input_density, runner
 from pncnn_jax.experiments import runs as runs_lib
 from pncnn_jax.nn import models
+from pncnn_jax.training import loop
 
 # The claim thresholds, fixed before any result was seen (docs/results/RESULTS.md quotes them).
 AUROC_AIM = 0.8  # (b): AUROC of low c0 for disturbed points, over all points and within depth bins
@@ -323,7 +324,7 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
         "name": run.name, "variant": run.variant, "mask_input_confidence": run.masked, "seed": run.seed,
         "command": f"python -m pncnn_jax.experiments.reproduce --workdir WORKDIR --scale {scale} --only {run.name} "
                    f"--ship pncnn_jax/pretrained/synthetic",
-        "commit": summary["commit"], "scale": scale, "recipe": runs_lib.SCALES[scale], "step": meta.get("step"),
+        "commit": summary["commit"], "scale": scale, "recipe": runs_lib.recipe(run, scale), "step": meta.get("step"),
         "device": summary["devices"], "jax": summary["jax"], "evaluated_on": {"devices": summary["devices"],
                                                                             "jax": summary["jax"]},
         "train_wall_s": evals.get(run.name, {}).get(
@@ -337,6 +338,9 @@ def ship_weights(workdir: pathlib.Path, scale: str, summary: dict[str, Any], dir
       manifest["trained_on"] = sittings
       manifest["device"] = sorted({d for s in sittings for d in s["devices"]})
       manifest["jax"] = sorted({s["jax"] for s in sittings})
+    started = runs_lib.run_dir(workdir, run) / loop.INIT_FROM_FILE  # a fine-tuned run: the weights it started from
+    if started.exists():
+      manifest["init_from"] = json.loads(started.read_text())
     if how := trained_by(workdir, run):
       manifest["trained_by"] = how
     manifest["check"] = {"scenes": f"the first {CHECK_SCENES} validation scenes",

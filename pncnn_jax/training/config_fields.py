@@ -149,6 +149,7 @@ FIELDS: dict[str, Field] = {
     "model.detach_variance_input": Field("bool"),
     "model.unet_features": Field("ints", lo=1, size=4),
     "seed": Field("int", lo=0),
+    "init_from": Field("str", note="'' = from scratch", training=True, before=""),
     # data
     "data.dataset": Field("str", choices=_names(data.pipeline.DATASETS)),
     "data.data_dir": Field("str?"),
@@ -268,6 +269,8 @@ def check_config(config: ml_collections.ConfigDict, *, training: bool = True) ->
         raise from_config.ConfigError(f"config.data.sensors.{kind}={name!r}: {first_line(e)}") from None
   if "ensemble" in config:
     e = config.ensemble
+    if training:
+      need(not config.get("init_from", ""), "init_from", "'' for an ensemble (its members start from their seeds)")
     need(not e.seeds or (len(e.seeds) == e.num_members and len(set(e.seeds)) == len(e.seeds)), "ensemble.seeds",
          f"() (seed + k) or {e.num_members} distinct integers (config.ensemble.num_members)")
     split = e.get("calibration_split", "")

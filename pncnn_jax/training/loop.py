@@ -59,7 +59,7 @@ from jax.sharding import Mesh
 
 from pncnn_jax import data, from_config
 from pncnn_jax.checkpoints import identity as identity_lib
-from pncnn_jax.checkpoints import manager
+from pncnn_jax.checkpoints import loader, manager
 from pncnn_jax.ensemble import members as ensemble_members
 from pncnn_jax.evaluate import protocol
 from pncnn_jax.evaluate import report as evaluate_report
@@ -81,6 +81,48 @@ def optimizer_settings(config: ml_collections.ConfigDict, steps_per_epoch: int) 
   return {"learning_rate": float(config.learning_rate), "steps_per_epoch": int(steps_per_epoch),
           "decay_epochs": int(config.lr_decay_epochs), "gamma": float(config.lr_decay_factor),
           "clip_norm": float(config.get("grad_clip_norm", 0.0))}
+
+
+INIT_FROM_FILE = "init_from.json"  # <workdir>/init_from.json: the weights a fine-tuning run started from
+
+
+def init_from(config: ml_collections.ConfigDict, state: training_step.TrainState, workdir: pathlib.Path
+              ) -> training_step.TrainState:
+  """`state` with the parameters and BatchNorm statistics of `config.init_from` (fine-tuning), loaded through
+  `checkpoints.loader` (a shipped name, a workdir, a step folder); Adam's moments, the step and the schedule stay
+  `state`'s (fresh). The checkpoint must be of `config.variant` with the same parameter shapes; a ValueError naming
+  it otherwise. Process 0 records the source in <workdir>/INIT_FROM_FILE ({'init_from', 'identity', 'step',
+  'weights_sha256'})."""
+  source = str(config.init_from)
+  try:
+    loaded = loader.load(source)
+  except (FileNotFoundError, ValueError, KeyError) as e:
+    raise ValueError(f"config.init_from={source!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                     ) from None
+  if loaded.variant != config.variant:
+    raise ValueError(f"config.init_from={source!r} holds a {loaded.variant} model, not the config's "
+                     f"{config.variant}: fine-tune from weights of the same variant")
+  if "ensemble_size" in loaded.meta:
+    raise ValueError(f"config.init_from={source!r} is an ensemble checkpoint: name one member's weights")
+  want = {"params": state.params, **({"batch_stats": state.batch_stats} if state.batch_stats else {})}
+
+  def shapes(tree):
+    return {jax.tree_util.keystr(p): tuple(np.shape(a)) for p, a in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+  got = {k: loaded.variables[k] for k in want if k in loaded.variables}
+  if shapes(got) != shapes(want):
+    raise ValueError(f"config.init_from={source!r}: its parameters do not match the {config.variant} model of this "
+                     f"config (other model settings, e.g. config.model.unet_features?)")
+  by_path = {jax.tree_util.keystr(p): a for p, a in jax.tree_util.tree_flatten_with_path(got)[0]}
+  got = jax.tree_util.tree_map_with_path(
+      lambda p, w: jnp.asarray(np.asarray(by_path[jax.tree_util.keystr(p)]), w.dtype), want)
+  if jax.process_index() == 0:
+    record = {"init_from": source, "identity": loaded.identity, "step": loaded.meta.get("step"),
+              "weights_sha256": run_files.weights_digest(loaded.variables)}
+    run_files.atomic_write(workdir / INIT_FROM_FILE,
+                           lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8"))
+  log.warning("fine-tuning: starting from the weights of %s (%s)", source, loaded.variant)
+  return state.replace(params=got["params"], batch_stats=got.get("batch_stats", state.batch_stats))
 
 
 @functools.lru_cache(maxsize=16)
@@ -276,7 +318,8 @@ def _resume(ckpt: manager.Checkpointer, make_job: Callable[[], _Job], config, wo
                               remedy="use another --workdir")
   job = make_job()
   if latest is None:
-    return job, sharding.replicate(job.state, mesh)
+    state = init_from(config, job.state, workdir) if config.get("init_from", "") else job.state
+    return job, sharding.replicate(state, mesh)
   target = manager.abstract_like(training_step.state_to_tree(job.state), sharding.replicated(mesh))
   tree, meta = ckpt.restore(latest, target=target, allow_fallback=allow_fallback)
   state = training_step.tree_to_state(job.state, tree)

@@ -143,12 +143,23 @@ def test_grad_clip_option_sets_only_the_clip_norm():
 def test_sensor_runs_are_the_recommended_recipe_on_the_mixture():
   """The sensor-robust runs differ from the recommended shipped run only in the sensors they see (and the seed)."""
   ref = runs.run_config(runs.RUNS_BY_NAME["sparse_var_beta_detach_masked"], "long")
-  for k, run in enumerate(runs.SENSOR_RUNS):
+  for k, run in enumerate(runs.SENSOR_RUNS_SCRATCH):
     c = runs.run_config(run, "long")
-    assert (c.data.sensors.train, c.data.sensors.eval, c.seed) == ("lidar_mix", "lidar_mix", k)
+    assert (c.data.sensors.train, c.data.sensors.eval, c.seed, c.init_from) == ("lidar_mix", "lidar_mix", k, "")
     rest = lambda c: {k: v for k, v in c.to_dict().items() if k not in ("data", "seed")}  # noqa: E731
     data = lambda c: {k: v for k, v in c.data.to_dict().items() if k != "sensors"}  # noqa: E731
     assert rest(c) == rest(ref) and data(c) == data(ref)
+  # The fine-tuned form: the same, started from the shipped recommended weights, for half the steps at a tenth of
+  # the learning rate (2000 steps at 0.001, then 500 at 0.0001).
+  tuned = (("num_epochs", "lr_decay_epochs", "learning_rate", "init_from"))
+  for k, run in enumerate(runs.SENSOR_RUNS_FINETUNED):
+    c, scratch = runs.run_config(run, "long"), runs.run_config(runs.SENSOR_RUNS_SCRATCH[k], "long")
+    assert (c.num_epochs, c.lr_decay_epochs, c.learning_rate, c.init_from) == (
+        10, 8, pytest.approx(0.001), "synthetic:sparse_var_beta_detach_masked")
+    assert c.steps_per_epoch == scratch.steps_per_epoch == 250 and c.seed == k
+    assert {k: v for k, v in c.to_dict().items() if k not in tuned} == {
+        k: v for k, v in scratch.to_dict().items() if k not in tuned}
+    assert runs.recipe(run, "long") == runs.finetune_recipe("long")
   assert ref.data.sensors.train == ref.data.sensors.eval == ""  # the published recipes keep their one sensor
   assert all(r.name not in runs.select(None, "long") for r in runs.SENSOR_RUNS)  # trained only when named
   assert runs.select("sparse_var_beta_detach_masked_lidar_mix", "long") == [runs.SENSOR_RUNS[0]]

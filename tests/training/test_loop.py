@@ -14,7 +14,7 @@ from pncnn_jax import data, from_config
 from pncnn_jax.checkpoints import identity as identity_lib
 from pncnn_jax.checkpoints import manager
 from pncnn_jax.runtime import run_files, sharding
-from pncnn_jax.training import loop
+from pncnn_jax.training import config_fields, loop
 from pncnn_jax.training import step as training_step
 
 from conftest import REPO
@@ -426,3 +426,55 @@ def test_row_units_give_ensemble_members_the_unit_of_their_metric():
   units = {"rmse": "m", "mae": "m", "delta1": "%"}
   assert loop.row_units(["rmse", "rmse_0", "mae_12", "loss_1", "delta1", "lr"], units) == {
       "rmse": "m", "rmse_0": "m", "mae_12": "m", "delta1": "%"}
+
+
+def test_init_from_starts_a_fresh_run_from_shipped_weights_and_only_once(tmp_path):
+  """config.init_from (fine-tuning): the step-0 state holds the named weights, Adam starts afresh, the source is
+  recorded; a resumed run continues from its checkpoint, and other weights or another variant are refused."""
+  from pncnn_jax import pretrained  # pylint: disable=import-outside-toplevel
+  cfg = tiny_config(init_from="synthetic:ncnn_conf_l1", steps_per_epoch=2, num_epochs=1)
+  fresh = loop.init_state(cfg, 2)
+  state = loop.init_from(cfg, fresh, tmp_path)
+  shipped, _ = pretrained.load("synthetic:ncnn_conf_l1")
+  for path, got in jax.tree_util.tree_flatten_with_path(state.params)[0]:
+    want = shipped["params"]
+    for key in path:
+      want = want[key.key]
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=jax.tree_util.keystr(path))
+  assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(fresh.params)))
+  assert int(state.step) == 0
+  for a, b in zip(jax.tree.leaves(state.opt_state), jax.tree.leaves(fresh.opt_state)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # Adam's moments and the schedule: fresh
+  record = json.loads((tmp_path / loop.INIT_FROM_FILE).read_text())
+  assert record["init_from"] == "synthetic:ncnn_conf_l1"
+  assert record["identity"]["variant"] == "ncnn_conf_l1"
+  assert record["weights_sha256"] == run_files.weights_digest(shipped)
+
+  with pytest.raises(ValueError, match=r"config.init_from='synthetic:pncnn_masked' holds a pncnn model, not the "
+                                       r"config's ncnn_conf_l1"):
+    loop.init_from(tiny_config(init_from="synthetic:pncnn_masked"), fresh, tmp_path / "other")
+  with pytest.raises(ValueError, match=r"config.init_from='.*nowhere'"):
+    loop.init_from(tiny_config(init_from=str(tmp_path / "nowhere")), fresh, tmp_path / "other")
+  assert not (tmp_path / "other").exists()
+
+  # Through the loop: the run trains from the shipped weights and writes the record; rerun, it resumes (the record
+  # and the checkpoint are not rewritten from the source).
+  run = tmp_path / "run"
+  first = loop.train_and_evaluate(cfg, run)
+  scratch = loop.train_and_evaluate(tiny_config(steps_per_epoch=2, num_epochs=1), tmp_path / "scratch")
+  assert first["val"]["rmse"] < scratch["val"]["rmse"]  # 2 steps from trained weights beat 2 from scratch
+  assert json.loads((run / loop.INIT_FROM_FILE).read_text()) == record
+  assert json.loads((run / "config.json").read_text())["init_from"] == "synthetic:ncnn_conf_l1"
+  again = loop.train_and_evaluate(cfg, run)
+  assert again["finished"] and again["step"] == 2
+  with pytest.raises(run_files.ConfigChangedError, match="init_from"):
+    loop.train_and_evaluate(tiny_config(init_from="synthetic:ncnn_conf_l1_masked", steps_per_epoch=2,
+                                        num_epochs=2), run)
+
+
+def test_init_from_is_refused_for_an_ensemble():
+  cfg = from_config.load_config(f"{REPO}/configs/ensemble_synthetic.py")
+  cfg.init_from = "synthetic:pncnn_masked"
+  with pytest.raises(from_config.ConfigError, match=r"config.init_from='synthetic:pncnn_masked': must be '' for an "
+                                                    r"ensemble"):
+    config_fields.check_config(cfg)
