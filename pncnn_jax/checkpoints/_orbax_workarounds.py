@@ -9,6 +9,7 @@ when orbax changes it.
   describe_failure         the file and reason of a step that does not restore, from tensorstore's message
   StateHandler             StandardCheckpointHandler without replica-parallel saving (it compiles per array shape)
   quiet_read_only_notice   orbax's warning that a reader's directory is read-only
+  coordinator_barriers     orbax's barriers as waits on the coordination service, not as gloo collective programs
 """
 
 from __future__ import annotations
@@ -154,3 +155,21 @@ def quiet_read_only_notice():
     yield
   finally:
     logger.removeFilter(drop)
+
+
+ORBAX_BARRIER_FLAG = "experimental_orbax_use_distributed_barrier"
+
+
+def coordinator_barriers() -> None:
+  """Makes orbax's barriers (those of save, restore and delete) wait on jax.distributed's coordination service
+  instead of running a jax collective program (`multihost_utils.sync_global_devices`, orbax's default).
+
+  On CPU such a program is a gloo collective on the same connections as the training step's, and XLA's gloo
+  collectives carry no tag, so a barrier program and a step program must never overlap or run in another order in
+  another process (orbax says as much of its collective barriers: "should not be called concurrently"). Through the
+  coordination service a barrier is a key-value wait with a timeout, independent of the training's collectives, as
+  orbax's background threads already wait. Needs the absl flags parsed (train.py and eval.py run under absl);
+  elsewhere orbax keeps its default."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if ORBAX_BARRIER_FLAG in flags.FLAGS and flags.FLAGS.is_parsed():
+    flags.FLAGS[ORBAX_BARRIER_FLAG].value = True

@@ -141,6 +141,8 @@ class Checkpointer:
         enable_async_checkpointing=async_save and not read_only,
     )
     self.read_only = read_only
+    if jax.process_count() > 1:  # a multi-process run: no barrier through gloo beside the training's collectives
+      _orbax_workarounds.coordinator_barriers()
     if not read_only:
       logging.getLogger("absl").addFilter(_orbax_workarounds.DROP_ORBAX_ERRORS)  # once: filters are a set
     with _orbax_workarounds.quiet_read_only_notice():

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from pncnn_jax import from_config
-from pncnn_jax.checkpoints import manager
+from pncnn_jax.checkpoints import _orbax_workarounds, manager
 from pncnn_jax.runtime import distributed
 from pncnn_jax.training import loop
 
@@ -47,6 +47,13 @@ KILL_AFTER = 4  # the checkpoint after which process 1 is killed
 _WORKER = r"""
 import faulthandler, os, pathlib, runpy, signal, sys, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that times out asks for every thread's stack
+from jax.experimental import multihost_utils  # a barrier run as a collective program: recorded (there should be none)
+_sync = multihost_utils.sync_global_devices
+def sync_recorded(name):
+  with open(os.environ["PNCNN_TEST_SYNC_LOG"], "a") as f:
+    f.write(name + "\n")
+  _sync(name)
+multihost_utils.sync_global_devices = sync_recorded
 stall = int(os.environ.get("PNCNN_TEST_STALL_AT", "0"))
 if stall:
   from pncnn_jax.checkpoints import manager
@@ -91,6 +98,7 @@ def _launch(launched, workdir, log_dir, tag, stall_file=None) -> list[subprocess
     env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", PNCNN_NO_HUGEPAGES="1",
                XLA_FLAGS=TEST_XLA_FLAGS.replace("device_count=2", "device_count=1"),  # one device per process
                JAX_COMPILATION_CACHE_DIR=str(REPO / ".jax_cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+    env["PNCNN_TEST_SYNC_LOG"] = str(log_dir / f"{tag}.{i}.sync")
     if stall_file is not None and i == 1:
       env.update(PNCNN_TEST_STALL_AT=str(KILL_AFTER), PNCNN_TEST_STALL_FILE=str(stall_file))
     out, err = (open(log_dir / f"{tag}.{i}.{s}", "w") for s in ("out", "err"))  # pylint: disable=consider-using-with
@@ -105,13 +113,23 @@ def _log(log_dir, tag, i, stream="err") -> str:
 
 
 def _main_stack(log: str) -> str:
-  """The main thread's frames of the last faulthandler dump in `log`, innermost first, without the library's."""
+  """The main thread's frames of the last faulthandler dump in `log`, innermost first, without the library's; then
+  the two innermost frames of every other thread that is not an idle pool worker (what the main thread may wait
+  on: an orbax save, a barrier)."""
   at = log.rfind("Current thread")
   if at < 0:
     return "(no stack dump: the process had ended)"
   frames = log[at:].splitlines()[1:]
   ours = [f.strip() for f in frames if f.strip().startswith("File") and "site-packages" not in f]
-  return "\n".join(ours[:12]) or "\n".join(frames[:12])
+  main = "\n".join(ours[:12]) or "\n".join(frames[:12])
+  others = []
+  for block in reversed(log[:at].rstrip("\n").split("\n\n")):  # the dump's other "Thread 0x..." blocks, before it
+    if not block.lstrip("\n").startswith("Thread 0x"):
+      break
+    lines = [ln.strip() for ln in block.splitlines()[1:] if ln.strip().startswith("File")]
+    if lines and not any(line.endswith(" in _worker") for line in lines[:3]):  # an idle pool worker
+      others.append("  | ".join(lines[:3]))
+  return main + ("\nother threads:\n" + "\n".join(others) if others else "")
 
 
 def _wait_all(procs, log_dir, tag, timeout, workdir=None):
@@ -199,6 +217,8 @@ def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
   print(f"first launch + reference {t_killed - t0:.1f} s, resumed launch {t_end - t_killed:.1f} s")
   for i in range(2):
     assert f"resumed from step {KILL_AFTER}" in _log(logs, "second", i)
+    for tag in ("first", "second"):  # orbax's barriers wait on the coordinator, never on gloo
+      assert not (logs / f"{tag}.{i}.sync").exists(), (logs / f"{tag}.{i}.sync").read_text()
   assert "final validation (step 8)" in _log(logs, "second", 0, "out")
   assert "final validation" not in _log(logs, "second", 1, "out")  # process 0 reports, process 1 does not
 
@@ -266,3 +286,22 @@ def test_train_cli_names_a_missing_flag():
       "error: --num_processes, --process_id given without --coordinator_address: a multi-process run needs all "
       "three (or --multihost, in a SLURM, Open MPI or Cloud TPU job)")
   assert not (REPO / "unused").exists()
+
+
+def test_orbax_barriers_wait_on_the_coordinator():
+  """After joining a run, orbax's barriers use jax.distributed's coordination service, not a gloo collective program
+  that could meet the training step's collectives (checkpoints/_orbax_workarounds.py, `coordinator_barriers`)."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from orbax.checkpoint._src.multihost import multihost  # pylint: disable=import-outside-toplevel
+  parsed = flags.FLAGS.is_parsed()
+  if not parsed:
+    flags.FLAGS.mark_as_parsed()
+  try:
+    flags.FLAGS[_orbax_workarounds.ORBAX_BARRIER_FLAG].value = False
+    assert multihost.EXPERIMENTAL_ORBAX_USE_DISTRIBUTED_BARRIER.value is False  # orbax's default
+    _orbax_workarounds.coordinator_barriers()
+    assert multihost.EXPERIMENTAL_ORBAX_USE_DISTRIBUTED_BARRIER.value is True
+  finally:
+    flags.FLAGS[_orbax_workarounds.ORBAX_BARRIER_FLAG].value = False
+    if not parsed:
+      flags.FLAGS.unparse_flags()
