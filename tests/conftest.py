@@ -20,8 +20,6 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from pncnn_jax.data.points import depth_agreement  # noqa: E402, F401  (the tests' name for it)
-
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Compiling dominates the suite on CPU; a persistent cache shares identical programs across test files and the
 # two xdist workers (and makes a rerun fast). Ignored by git.

@@ -11,7 +11,7 @@ from PIL import Image
 
 from pncnn_jax.data import points
 
-from conftest import DATA, depth_agreement
+from conftest import DATA
 
 RAW = DATA / "kitti_raw_mini" / "2011_09_26"
 SCAN = RAW / "2011_09_26_drive_0001_sync" / "velodyne_points" / "data" / "0000000005.bin"
@@ -81,8 +81,8 @@ def test_kitti_scan_against_velodyne_raw(kitti):
   same = (raw > 0) & (ours > 0)
   assert round(same.sum() / n_raw, 3) == 0.326
   assert abs(np.median(np.abs(ours - raw)[same]) - 0.033) < 0.001
-  assert round(depth_agreement(ours, raw, 1), 3) == 0.855
-  assert round(depth_agreement(ours, raw, 2), 3) == 0.968
+  assert round(points.depth_agreement(ours, raw, 1), 3) == 0.855
+  assert round(points.depth_agreement(ours, raw, 2), 3) == 0.968
   # The rounding variants the module doc compares: round(u) - 1 (monodepth2) and floor(u) agree less.
   calib = points.read_calibration(kitti)
   pts = points.read_points(SCAN)

@@ -9,7 +9,7 @@ import pytest
 
 from pncnn_jax.data import io, pipeline, points, sensors, synthetic
 
-from conftest import DATA, depth_agreement
+from conftest import DATA
 
 RAW = DATA / "kitti_raw_mini" / "2011_09_26"
 SCAN = RAW / "2011_09_26_drive_0001_sync" / "velodyne_points" / "data" / "0000000005.bin"
@@ -94,9 +94,10 @@ def test_kitti_velodyne_raw_thinned_by_pitch_binning(scan, calib, every):
   thin = sensors.thin_depth(raw, every, calib.K, calib.T_cam_from_lidar)
   assert np.all((thin == 0) | (thin == raw))
   assert abs((thin > 0).sum() / (raw > 0).sum() - 1 / every) < 0.02
-  baseline = depth_agreement(full, raw)
-  assert depth_agreement(ref, thin) >= baseline - 0.01, (depth_agreement(ref, thin), baseline)
-  assert depth_agreement(ref, np.where(thin > 0, 0, raw)) < 0.03  # what was dropped is not where the kept lasers are
+  baseline = points.depth_agreement(full, raw)
+  assert points.depth_agreement(ref, thin) >= baseline - 0.01, (points.depth_agreement(ref, thin), baseline)
+  dropped = np.where(thin > 0, 0, raw)
+  assert points.depth_agreement(ref, dropped) < 0.03  # what was dropped is not where the kept lasers are
 
 
 def test_pipeline_camera_of_another_day_finds_the_same_lasers(scan):

@@ -11,8 +11,6 @@ from pncnn_jax.data import points, sparsify, synthetic
 from pncnn_jax.experiments import sensors
 from pncnn_jax.inference import completer
 
-from conftest import depth_agreement
-
 
 def test_fewer_beams_keep_every_other_laser_of_the_same_scan():
   """32 and 16 beams: about 1/2 and 1/4 of the 64-beam returns, the same scene and ground truth; the kept beams'
@@ -101,8 +99,8 @@ def test_the_real_frame_thinned_is_the_scans_rows_projected_as_predict_does(kitt
   np.testing.assert_array_equal(frame.sparse[ref], ours[win])
   np.testing.assert_array_equal(frame.sparse["64 beams, KITTI's velodyne_raw"], raw[win])
   np.testing.assert_array_equal(frame.target, data_io.read_kitti_depth(files["groundtruth"])[win])
-  assert frame.agreement["within_2px"] == depth_agreement(ours, raw) > 0.96
-  assert depth_agreement(frame.sparse[ref], raw[win]) > 0.96  # in the crop too
+  assert frame.agreement["within_2px"] == points.depth_agreement(ours, raw) > 0.96
+  assert points.depth_agreement(frame.sparse[ref], raw[win]) > 0.96  # in the crop too
   for row, k in sensors.KITTI_ROWS.items():  # fewer lasers: about 1/k of the input pixels, each a point of the scan
     if k is not None:  # (so the whole scan's map has a point there, at that depth or nearer)
       thin = frame.sparse[row]
