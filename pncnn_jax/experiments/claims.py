@@ -18,13 +18,15 @@ from pncnn_jax.runtime.run_files import format_value as fmt
 # Our options beyond the paper's models: their claim lines appear only when they were evaluated (the demo, e.g.,
 # shows a subset of the runs), never as "not measured yet".
 # The other options are compared in the objective table only (`data_term_lines`).
-OPTIONAL = ("pncnn_beta_masked", "laplace_masked", "sparse_var_beta_detach_masked",
-            "sparse_var_beta_detach_masked_lidar_mix")  # the last: docs/results/SENSORS.md (experiments.sensors)
+# The sensor-robust models (runs.SENSOR_RUNS, seed 0 of each recipe: from scratch, fine-tuned), whose claims
+# docs/results/SENSORS.md states (experiments.sensors).
+SENSOR_ROBUST = ("sparse_var_beta_detach_masked_lidar_mix", "sparse_var_beta_detach_masked_lidar_mix_ft")
+OPTIONAL = ("pncnn_beta_masked", "laplace_masked", "sparse_var_beta_detach_masked", *SENSOR_ROBUST)
 # Claim (d)'s pairs: (probabilistic model, the NCNN-Conf it must stay close to in accuracy).
 D_PAIRS = (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn_exp_masked", "ncnn_conf_l1_masked"),
            ("pncnn", "ncnn_conf_l1"), ("pncnn_exp", "ncnn_conf_l1"), ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
            ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked"),
-           ("sparse_var_beta_detach_masked_lidar_mix", "ncnn_conf_l1_masked"))
+           *((name, "ncnn_conf_l1_masked") for name in SENSOR_ROBUST))
 
 
 def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[str, bool | None, str]]:
@@ -49,7 +51,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
       out.append((f"(a) NCNN-Conf (L1 and L2, {label}) beats NCNN in MAE and RMSE", None,
                   f"It needs {', '.join(('ncnn',) + forms)}"))
   for name in ("ncnn_conf_l1_masked", "pncnn_masked", "ncnn_conf_l1", "pncnn", "pncnn_beta_masked", "laplace_masked",
-               "sparse_var_beta_detach_masked", "sparse_var_beta_detach_masked_lidar_mix"):
+               "sparse_var_beta_detach_masked", *SENSOR_ROBUST):
     title = f"(b) the learned c0 of `{name}` singles out the disturbed points"
     if name not in runs:
       if name not in OPTIONAL:
@@ -65,7 +67,7 @@ def claims(runs: dict[str, Any], fusion: dict[str, Any] | None) -> list[tuple[st
   for p, conf in (("pncnn_masked", "ncnn_conf_l1_masked"), ("pncnn", "ncnn_conf_l1"),
                   ("pncnn_beta_masked", "ncnn_conf_l1_masked"),
                   ("sparse_var_beta_detach_masked", "ncnn_conf_l1_masked"),
-                  ("sparse_var_beta_detach_masked_lidar_mix", "ncnn_conf_l1_masked")):
+                  *((name, "ncnn_conf_l1_masked") for name in SENSOR_ROBUST)):
     title = f"(c) `{p}` AUSE clearly below `{conf}`'s (ratio <= {evaluate_runs.AUSE_RATIO_MAX})"
     if have(p, conf):
       a, b = runs[p]["uncertainty"]["ause_pncnn"], runs[conf]["uncertainty"]["ause_pncnn"]
