@@ -86,17 +86,18 @@ def optimizer_settings(config: ml_collections.ConfigDict, steps_per_epoch: int) 
 INIT_FROM_FILE = "init_from.json"  # <workdir>/init_from.json: the weights a fine-tuning run started from
 
 
-def init_from(config: ml_collections.ConfigDict, state: training_step.TrainState, workdir: pathlib.Path
-              ) -> training_step.TrainState:
-  """`state` with the parameters and BatchNorm statistics of `config.init_from` (fine-tuning), loaded through
-  `checkpoints.loader` (a shipped name, a workdir, a step folder); Adam's moments, the step and the schedule stay
-  `state`'s (fresh). The checkpoint must be of `config.variant` with the same parameter shapes; a ValueError naming
-  it otherwise. Process 0 records the source in <workdir>/INIT_FROM_FILE ({'init_from', 'identity', 'step',
-  'weights_sha256'})."""
-  source = str(config.init_from)
+def load_init_source(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> loader.Loaded | None:
+  """The weights `config.init_from` names (fine-tuning), loaded through `checkpoints.loader` (a shipped name, a
+  workdir, a step folder) when the run starts afresh; None without `init_from` or when `workdir` holds a checkpoint
+  (a resumed run continues from its own). Called before anything is written: a source that does not load, or holds
+  another variant or an ensemble, is a ValueError naming it."""
+  source = str(config.get("init_from", ""))
+  steps = workdir / manager.CHECKPOINT_SUBDIR
+  if not source or (steps.is_dir() and any(p.name.isdigit() for p in steps.iterdir())):
+    return None
   try:
     loaded = loader.load(source)
-  except (FileNotFoundError, ValueError, KeyError) as e:
+  except (OSError, ValueError, KeyError) as e:  # a missing or unreadable checkpoint, an unknown shipped name
     raise ValueError(f"config.init_from={source!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
                      ) from None
   if loaded.variant != config.variant:
@@ -104,6 +105,16 @@ def init_from(config: ml_collections.ConfigDict, state: training_step.TrainState
                      f"{config.variant}: fine-tune from weights of the same variant")
   if "ensemble_size" in loaded.meta:
     raise ValueError(f"config.init_from={source!r} is an ensemble checkpoint: name one member's weights")
+  return loaded
+
+
+def init_from(config: ml_collections.ConfigDict, state: training_step.TrainState, loaded: loader.Loaded,
+              workdir: pathlib.Path) -> training_step.TrainState:
+  """`state` with the parameters and BatchNorm statistics of `loaded` (`load_init_source`); Adam's moments, the step
+  and the schedule stay `state`'s (fresh). The parameter shapes must be the config's model's (a ValueError
+  otherwise). Process 0 records the source in <workdir>/INIT_FROM_FILE ({'init_from', 'identity', 'step',
+  'weights_sha256'})."""
+  source = str(config.init_from)
   want = {"params": state.params, **({"batch_stats": state.batch_stats} if state.batch_stats else {})}
 
   def shapes(tree):
@@ -305,7 +316,8 @@ def _last_good(ckpt: manager.Checkpointer) -> str:
 
 
 def _resume(ckpt: manager.Checkpointer, make_job: Callable[[], _Job], config, workdir: pathlib.Path,
-            mesh: Mesh, allow_fallback: bool = False) -> tuple[_Job, training_step.TrainState]:
+            mesh: Mesh, allow_fallback: bool = False, source: loader.Loaded | None = None
+            ) -> tuple[_Job, training_step.TrainState]:
   """(job, the latest checkpoint's state), once its metadata says it was trained as `config` says (checked before
   the job is built) and its values are finite; without a checkpoint, (job, the initial state replicated). A latest
   step that cannot be restored is a CheckpointCorruptError, or with `allow_fallback` the newest intact step is
@@ -318,7 +330,7 @@ def _resume(ckpt: manager.Checkpointer, make_job: Callable[[], _Job], config, wo
                               remedy="use another --workdir")
   job = make_job()
   if latest is None:
-    state = init_from(config, job.state, workdir) if config.get("init_from", "") else job.state
+    state = job.state if source is None else init_from(config, job.state, source, workdir)
     return job, sharding.replicate(state, mesh)
   target = manager.abstract_like(training_step.state_to_tree(job.state), sharding.replicated(mesh))
   tree, meta = ckpt.restore(latest, target=target, allow_fallback=allow_fallback)
@@ -414,6 +426,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   if workdir.exists() and not workdir.is_dir():
     raise ValueError(f"--workdir {workdir} is a file, not a folder")
   run_files.check_config_file(config, workdir, config_fields.predating_values())  # another variant: nothing written
+  source = load_init_source(config, workdir)  # a fine-tuning run's weights: a bad source writes nothing either
   created = not workdir.exists()
   workdir.mkdir(parents=True, exist_ok=True)
   lock = run_files.WorkdirLock(workdir) if jax.process_index() == 0 else None
@@ -429,14 +442,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   try:
     if progress is None:
       progress = bool(config.progress_bar) and cli.progress_enabled("auto")
-    return _train(config, workdir, stop_after_steps, allow_fallback, allow_config_change, progress)
+    return _train(config, workdir, stop_after_steps, allow_fallback, allow_config_change, progress, source)
   finally:
     if lock is not None:
       lock.release()
 
 
 def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_steps: int | None,
-           allow_fallback: bool, allow_config_change: bool, progress: bool) -> dict[str, Any]:
+           allow_fallback: bool, allow_config_change: bool, progress: bool, source: loader.Loaded | None
+           ) -> dict[str, Any]:
   loss_name = from_config.variant_loss(config)
   mesh = sharding.make_mesh()
   sharding.check_batch_size(config.batch_size, mesh)
@@ -457,7 +471,7 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path, stop_after_
       return done
     job, state = _resume(ckpt, lambda: (_ensemble_job(config, mesh, spe, loss_name, workdir) if is_ensemble
                                         else _single_job(config, mesh, spe, loss_name)), config, workdir, mesh,
-                         allow_fallback)
+                         allow_fallback, source)
   except BaseException:
     ckpt.close()  # no orbax thread left behind to print after the message
     raise

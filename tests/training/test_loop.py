@@ -434,7 +434,7 @@ def test_init_from_starts_a_fresh_run_from_shipped_weights_and_only_once(tmp_pat
   from pncnn_jax import pretrained  # pylint: disable=import-outside-toplevel
   cfg = tiny_config(init_from="synthetic:ncnn_conf_l1", steps_per_epoch=2, num_epochs=1)
   fresh = loop.init_state(cfg, 2)
-  state = loop.init_from(cfg, fresh, tmp_path)
+  state = loop.init_from(cfg, fresh, loop.load_init_source(cfg, tmp_path), tmp_path)
   shipped, _ = pretrained.load("synthetic:ncnn_conf_l1")
   for path, got in jax.tree_util.tree_flatten_with_path(state.params)[0]:
     want = shipped["params"]
@@ -450,12 +450,17 @@ def test_init_from_starts_a_fresh_run_from_shipped_weights_and_only_once(tmp_pat
   assert record["identity"]["variant"] == "ncnn_conf_l1"
   assert record["weights_sha256"] == run_files.weights_digest(shipped)
 
+  # A source of another variant, or one that does not load: one line before anything is written.
   with pytest.raises(ValueError, match=r"config.init_from='synthetic:pncnn_masked' holds a pncnn model, not the "
                                        r"config's ncnn_conf_l1"):
-    loop.init_from(tiny_config(init_from="synthetic:pncnn_masked"), fresh, tmp_path / "other")
+    loop.train_and_evaluate(tiny_config(init_from="synthetic:pncnn_masked"), tmp_path / "other")
   with pytest.raises(ValueError, match=r"config.init_from='.*nowhere'"):
-    loop.init_from(tiny_config(init_from=str(tmp_path / "nowhere")), fresh, tmp_path / "other")
+    loop.train_and_evaluate(tiny_config(init_from=str(tmp_path / "nowhere")), tmp_path / "other")
   assert not (tmp_path / "other").exists()
+  other = tiny_config(init_from="synthetic:ncnn_conf_l1")
+  other.model.unet_features = (4, 4, 4, 4)
+  with pytest.raises(ValueError, match=r"its parameters do not match the ncnn_conf_l1 model of this config"):
+    loop.init_from(other, loop.init_state(other, 2), loop.load_init_source(other, tmp_path), tmp_path)
 
   # Through the loop: the run trains from the shipped weights and writes the record; rerun, it resumes (the record
   # and the checkpoint are not rewritten from the source).
