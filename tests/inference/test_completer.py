@@ -16,6 +16,10 @@ from pncnn_jax.inference import completer as completer_lib
 from pncnn_jax.inference import predict
 
 SMALL = "synthetic:ncnn_conf_l1"  # an NCNN: a few hundred weights, compiles in a second
+# The frames here are random samples of 30 % of the pixels, denser than any shipped model was trained on: the density
+# warning is not what these tests check (the density test below does, with pytest.warns, which records a warning
+# whatever the filters).
+pytestmark = pytest.mark.filterwarnings("ignore::pncnn_jax.inference.completer.InputDensityWarning")
 
 
 @pytest.fixture(scope="module")

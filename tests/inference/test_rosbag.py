@@ -27,7 +27,9 @@ K = np.array([[12.0, 0.0, 9.5], [0.0, 12.0, 5.5], [0.0, 0.0, 1.0]])
 # LiDAR (x forward, y left, z up) -> camera optical frame (x right, y down, z forward), the LiDAR 0.2 m above.
 T_CAM_FROM_LIDAR = np.array([[0.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, -0.2], [1.0, 0.0, 0.0, 0.0], [0, 0, 0, 1.0]])
 
-pytestmark = pytest.mark.xdist_group("rosbag")
+# The bags' frames are denser than the models' training: the density warning is not what these tests check.
+pytestmark = [pytest.mark.xdist_group("rosbag"),
+              pytest.mark.filterwarnings("ignore::pncnn_jax.inference.completer.InputDensityWarning")]
 
 
 @pytest.fixture(scope="module")
