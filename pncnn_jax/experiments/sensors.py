@@ -159,6 +159,17 @@ def paper_claims(runs_summary: dict, reference: dict) -> tuple[list[tuple[str, b
   return claims, claims_lib.seed_lines({**refs, **ours})
 
 
+FINDINGS_MARK = "<!-- findings: written by hand, kept when the page is regenerated -->"
+
+
+def kept_findings(page: pathlib.Path) -> str:
+  """What follows FINDINGS_MARK in an existing `page` (the reading of the numbers, written by hand: what holds, what
+  does not, the most likely cause), with the mark, to be appended to the regenerated page; '' without one."""
+  old = page.read_text(encoding="utf-8") if page.is_file() else ""
+  at = old.find(FINDINGS_MARK)
+  return "" if at < 0 else "\n" + old[at:]
+
+
 def render(results: dict[str, dict[str, dict]], meta: dict, kitti: dict,
            claims: tuple[list[tuple[str, bool | None, str]], list[str]] | None = None) -> str:
   """docs/results/SENSORS.md: per model, one row per sensor with its ratio to the 64-beam row, then the targets,
@@ -497,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
           "crop": list(crop), "sensors": sensors, "recommended": args.recommended, "claims_scenes": claims_scenes,
           "command": "python -m pncnn_jax.experiments.sensors " + " ".join(argv if argv is not None else sys.argv[1:])}
   out = pathlib.Path(args.output)
-  out.write_text(render(results, meta, kitti, claims))
+  out.write_text(render(results, meta, kitti, claims) + kept_findings(out))
   out.with_suffix(".json").write_text(json.dumps(
       {"meta": meta, "results": results, "kitti_frame": kitti,
        "claims": [{"claim": c, "holds": ok, "numbers": n} for c, ok, n in (claims or ([], []))[0]]}, indent=1)

@@ -54,6 +54,14 @@ def test_the_command_writes_the_table_with_ratios_to_64_beams_and_checks_the_tar
   kitti = page.split("## The real KITTI frame")[1]
   assert "Not evaluated: left out by the command (`--kitti_raw ''`" in kitti
   assert "--kitti_raw DIR --kitti_depth DIR" in kitti  # how to add it
+  # The findings written by hand below the mark survive a regeneration; the generated part is rewritten.
+  findings = f"{sensors.FINDINGS_MARK}\n\n## Findings\n\nThe reading of the numbers.\n"
+  out.write_text(page.replace("## Targets", "## Stale targets") + "\n" + findings)
+  assert sensors.main(["--output", str(out), "--models", "ncnn", "--sensors", "thin4", "--num_scenes", "1",
+                       "--crop", "64x96", "--kitti_raw", ""]) == 0
+  again = out.read_text()
+  assert again.endswith("\n" + findings) and again.count(sensors.FINDINGS_MARK) == 1
+  assert "## Stale targets" not in again and "| masked |" not in again
   assert data["kitti_frame"]["available"] is False
   assert sensors.main(["--output", str(out), "--sensors", "sonar"]) == 2
   assert "error: --sensors: unknown sensor or sensor mixture 'sonar'" in capsys.readouterr().err
