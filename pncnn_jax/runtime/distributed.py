@@ -18,17 +18,24 @@ DEFAULT_TIMEOUT_S) prints one line (how many processes joined, which coordinator
 with status 1, instead of jax's silent 300 s wait and C++ abort. Raise it where processes start far apart.
 
 On CPU the processes exchange data through gloo (`jax_cpu_collectives_implementation='gloo'`, set here unless
-$JAX_CPU_COLLECTIVES_IMPLEMENTATION chooses; the default of jax 0.12). absl and jax only; nothing touches a device.
+$JAX_CPU_COLLECTIVES_IMPLEMENTATION chooses; the default of jax 0.12), and jax's persistent compilation cache is
+turned off once they have joined (`compile_cache.off_for_cpu_collectives`: why is there). absl and jax only;
+nothing touches a device before the processes have joined.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
 import threading
 
 from absl import flags
+
+from pncnn_jax.runtime import compile_cache
+
+log = logging.getLogger(__name__)
 
 ENV_NUM_PROCESSES, ENV_PROCESS_ID, ENV_COORDINATOR = "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"
 DEFAULT_TIMEOUT_S = 30  # seconds for every process of a run to join (--distributed_timeout)
@@ -125,6 +132,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                      "--coordinator_address, --num_processes and --process_id instead") from None
   finally:
     joined.set()
+  if compile_cache.off_for_cpu_collectives():
+    log.warning("a multi-process run on CPU: jax's persistent compilation cache is off (a program loaded from it "
+                "hangs in gloo's all-reduce with jax 0.12.1; pncnn_jax/runtime/compile_cache.py)")
   return True
 
 

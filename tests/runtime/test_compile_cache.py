@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import jax
+
 from pncnn_jax.runtime import compile_cache
 
 
@@ -50,3 +52,15 @@ def test_a_compiled_program_lands_in_the_workdir_and_a_second_process_loads_it(t
 def test_opting_out_writes_nothing(tmp_path):
   assert _fresh_process(tmp_path / "run", **{compile_cache.OPT_OUT: "1"}) == ["None", "0"]
   assert not (tmp_path / "run").exists()
+
+
+def test_a_cache_turned_off_stays_off(tmp_path):
+  """jax's own switch (which `off_for_cpu_collectives` sets in a multi-process CPU run) wins over `enable`: no folder
+  named, nothing written, nothing loaded."""
+  assert _fresh_process(tmp_path / "run", JAX_ENABLE_COMPILATION_CACHE="false") == ["None", "0"]
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_single_process_keeps_its_cache():
+  assert not compile_cache.off_for_cpu_collectives()
+  assert jax.config.jax_enable_compilation_cache

@@ -5,7 +5,9 @@ The run: train.py in 2 processes of 1 host device each (`--coordinator_address/-
 its own process), a checkpoint every 2 steps, validation after steps 4 and 8 on 5 scenes in global batches of 2
 (the last one has a row on process 0 only). Process 1 is killed after the checkpoint of step 4 while process 0
 waits for it in step 5; both are started again and resume from step 4. The checkpoints it writes load in one
-process, and the one of step 4 resumed by one process also ends where the single-process run ends.
+process, and the one of step 4 resumed by one process also ends where the single-process run ends. Neither launch
+writes to (or loads from) the compilation cache it is given: a resumed launch that loaded its step from there hung
+with jax 0.12.1 (pncnn_jax/runtime/compile_cache.py).
 
 The reference: the same config in this (single) process on 2 host devices, hence the same 2-way SPMD program.
 Equality is exact, not approximate: each device computes the same program on the same 2 rows (the pipeline puts
@@ -15,6 +17,7 @@ statistics) add 2 partial results, a + b = b + a in IEEE arithmetic whatever the
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -88,7 +91,9 @@ def _free_port() -> int:
 
 
 def _launch(launched, workdir, log_dir, tag, stall_file=None) -> list[subprocess.Popen]:
-  """Starts the 2 processes of train.py on a fresh port; their stdout/stderr go to `log_dir/<tag>.<i>.{out,err}`."""
+  """Starts the 2 processes of train.py on a fresh port; their stdout/stderr go to `log_dir/<tag>.<i>.{out,err}`.
+  They are given a compilation cache of their own (`_cache(log_dir)`), which they must leave unused: with jax 0.12.1
+  a training step loaded from it hung the resumed launch (pncnn_jax/runtime/compile_cache.py)."""
   port = _free_port()
   args = [f"--config={CONFIG}", f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in OVERRIDES.items()),
           f"--coordinator_address=localhost:{port}", "--num_processes=2",
@@ -97,7 +102,7 @@ def _launch(launched, workdir, log_dir, tag, stall_file=None) -> list[subprocess
   for i in range(2):
     env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", PNCNN_NO_HUGEPAGES="1",
                XLA_FLAGS=TEST_XLA_FLAGS.replace("device_count=2", "device_count=1"),  # one device per process
-               JAX_COMPILATION_CACHE_DIR=str(REPO / ".jax_cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+               JAX_COMPILATION_CACHE_DIR=str(_cache(log_dir)), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     env["PNCNN_TEST_SYNC_LOG"] = str(log_dir / f"{tag}.{i}.sync")
     if stall_file is not None and i == 1:
       env.update(PNCNN_TEST_STALL_AT=str(KILL_AFTER), PNCNN_TEST_STALL_FILE=str(stall_file))
@@ -106,6 +111,10 @@ def _launch(launched, workdir, log_dir, tag, stall_file=None) -> list[subprocess
                                   stdout=out, stderr=err))
   launched.extend(procs)
   return procs
+
+
+def _cache(log_dir):
+  return log_dir.parent / "jax_cache"
 
 
 def _log(log_dir, tag, i, stream="err") -> str:
@@ -132,6 +141,39 @@ def _main_stack(log: str) -> str:
   return main + ("\nother threads:\n" + "\n".join(others) if others else "")
 
 
+_LIBC = ("__", "pthread_", "syscall", "poll", "epoll", "nanosleep", "std::", "absl::")
+
+
+def _native_stacks(pid: int, out_file) -> str:
+  """Every native thread's stack of process `pid` (gdb; the full text in `out_file`), summarised: each thread that is
+  not an idle pool worker, by its 4 innermost frames outside libc (what a hang in compiled code waits on: a gloo
+  read, XLA's rendezvous, a buffer's event; Python's faulthandler cannot show it)."""
+  if shutil.which("gdb") is None:
+    return "(no gdb: no native stacks)"
+  try:
+    text = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 40"], capture_output=True,
+                          text=True, timeout=120, check=False).stdout
+  except subprocess.TimeoutExpired:
+    return "(gdb timed out)"
+  out_file.write_text(text)
+  blocks = text.split("\nThread ")[1:]
+  summary = []
+  for block in blocks:
+    frames = [re.sub(r"^#\d+\s+(0x[0-9a-f]+ in )?", "", ln.strip()).split(" (")[0][:100]
+              for ln in block.splitlines() if ln.startswith("#")]
+    if any("WaitForWork" in f for f in frames[:8]):  # an idle Eigen / tsl pool thread
+      continue
+    ours = [f for f in frames if not f.startswith(_LIBC) and f != "??"]
+    summary.append(f"  thread {block.split()[0]}: " + " <- ".join(ours[:4]))
+  return f"{len(blocks)} threads, the busy ones:\n" + ("\n".join(summary[:16]) or "  (none)")
+
+
+def _xla_lines(log: str) -> str:
+  """The log's lines from XLA's C++ runtime and gloo (a collective that waits, times out or fails), the last 6."""
+  lines = [ln[:300] for ln in log.splitlines() if re.search(r"stuck|[Gg]loo|rendezvous|[Cc]ollective|timed? ?out", ln)]
+  return ("\n  " + "\n  ".join(lines[-6:])) if lines else "none"
+
+
 def _wait_all(procs, log_dir, tag, timeout, workdir=None):
   deadline = time.monotonic() + timeout
   try:
@@ -143,6 +185,8 @@ def _wait_all(procs, log_dir, tag, timeout, workdir=None):
       if p.poll() is None:
         p.send_signal(signal.SIGUSR1)  # the stacks of a hang, in its stderr
     time.sleep(2.0)
+    native = [_native_stacks(p.pid, log_dir / f"{tag}.{i}.gdb") if p.poll() is None else "(ended)"
+              for i, p in enumerate(procs)]
     for p in procs:
       p.kill()
     # CI shows only the end of a failure: the full logs first, then each process's main-thread stack and the codes.
@@ -155,7 +199,8 @@ def _wait_all(procs, log_dir, tag, timeout, workdir=None):
                  f"{rows}\n")
     pytest.fail(f"{tag}: timed out after {timeout} s\n" + "\n".join(
         f"process {i} stderr:\n{log[-6000:]}" for i, log in enumerate(logs)) + "\n" + "\n".join(
-        f"--- process {i}: exit code at the timeout {codes[i]}; its main thread:\n{_main_stack(log)}"
+        f"--- process {i}: exit code at the timeout {codes[i]}; its main thread:\n{_main_stack(log)}\n"
+        f"XLA's and gloo's messages: {_xla_lines(log)}\nnative threads: {native[i]}"
         for i, log in enumerate(logs)) + "\n" + reached)
   for i, p in enumerate(procs):
     assert p.returncode == 0, f"{tag}: process {i} exited with {p.returncode}:\n{_log(log_dir, tag, i)[-3000:]}"
@@ -215,8 +260,10 @@ def test_two_processes_train_as_one_and_resume_after_a_kill(tmp_path, launched):
   _wait_all(second, logs, "second", timeout=300, workdir=mp_dir)
   t_end = time.monotonic()
   print(f"first launch + reference {t_killed - t0:.1f} s, resumed launch {t_end - t_killed:.1f} s")
+  assert not _cache(logs).exists() or not list(_cache(logs).iterdir()), sorted(_cache(logs).iterdir())
   for i in range(2):
     assert f"resumed from step {KILL_AFTER}" in _log(logs, "second", i)
+    assert "persistent compilation cache is off" in _log(logs, "second", i)
     for tag in ("first", "second"):  # orbax's barriers wait on the coordinator, never on gloo
       assert not (logs / f"{tag}.{i}.sync").exists(), (logs / f"{tag}.{i}.sync").read_text()
   assert "final validation (step 8)" in _log(logs, "second", 0, "out")
