@@ -46,6 +46,15 @@ MODEL_KEYS = ("params", "batch_stats")  # what a reader restores of a training s
 log = logging.getLogger(__name__)
 
 
+def step_folders(workdir: str | os.PathLike) -> list[int]:
+  """The steps of `workdir`'s checkpoint folders (<workdir>/checkpoints/<step>), ascending, read from the file system
+  alone: no orbax, nothing created, so cheap enough to ask before a run starts (will it resume, or start afresh?). A
+  step being written has a temporary name and is not listed; one that was written but cannot be restored is
+  (`Checkpointer.restore` says so)."""
+  steps = pathlib.Path(workdir) / CHECKPOINT_SUBDIR
+  return sorted(int(p.name) for p in steps.iterdir() if p.name.isdigit() and p.is_dir()) if steps.is_dir() else []
+
+
 class CheckpointCorruptError(ValueError):
   """A checkpoint step that cannot be restored: the message names the step, the file, the reason and the newest
   intact step (the command lines print it in one line, exit status 2)."""

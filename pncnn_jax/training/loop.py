@@ -92,8 +92,7 @@ def load_init_source(config: ml_collections.ConfigDict, workdir: pathlib.Path) -
   (a resumed run continues from its own). Called before anything is written: a source that does not load, or holds
   another variant or an ensemble, is a ValueError naming it."""
   source = str(config.get("init_from", ""))
-  steps = workdir / manager.CHECKPOINT_SUBDIR
-  if not source or (steps.is_dir() and any(p.name.isdigit() for p in steps.iterdir())):
+  if not source or manager.step_folders(workdir):
     return None
   try:
     loaded = loader.load(source)
@@ -116,17 +115,14 @@ def init_from(config: ml_collections.ConfigDict, state: training_step.TrainState
   'weights_sha256'})."""
   source = str(config.init_from)
   want = {"params": state.params, **({"batch_stats": state.batch_stats} if state.batch_stats else {})}
-
-  def shapes(tree):
-    return {jax.tree_util.keystr(p): tuple(np.shape(a)) for p, a in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-  got = {k: loaded.variables[k] for k in want if k in loaded.variables}
-  if shapes(got) != shapes(want):
+  # By path, not by tree structure: a checkpoint's dicts may be another mapping type than the model's.
+  by_path = {jax.tree_util.keystr(p): np.asarray(a) for p, a in
+             jax.tree_util.tree_flatten_with_path({k: loaded.variables[k] for k in want if k in loaded.variables})[0]}
+  wanted = {jax.tree_util.keystr(p): np.shape(w) for p, w in jax.tree_util.tree_flatten_with_path(want)[0]}
+  if {k: a.shape for k, a in by_path.items()} != wanted:
     raise ValueError(f"config.init_from={source!r}: its parameters do not match the {config.variant} model of this "
                      f"config (other model settings, e.g. config.model.unet_features?)")
-  by_path = {jax.tree_util.keystr(p): a for p, a in jax.tree_util.tree_flatten_with_path(got)[0]}
-  got = jax.tree_util.tree_map_with_path(
-      lambda p, w: jnp.asarray(np.asarray(by_path[jax.tree_util.keystr(p)]), w.dtype), want)
+  got = jax.tree_util.tree_map_with_path(lambda p, w: jnp.asarray(by_path[jax.tree_util.keystr(p)], w.dtype), want)
   if jax.process_index() == 0:
     record = {"init_from": source, "identity": loaded.identity, "step": loaded.meta.get("step"),
               "weights_sha256": run_files.weights_digest(loaded.variables)}

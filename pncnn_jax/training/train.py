@@ -19,7 +19,6 @@ it with the new settings from its latest checkpoint (the old config is kept as c
 from __future__ import annotations
 
 import os
-import pathlib
 import sys
 import types
 
@@ -120,9 +119,11 @@ def _train(argv: list[str]) -> None:
 
 
 def latest_step(workdir: str) -> str:
-  """'step N' of the newest complete step folder of `workdir`, or 'none yet: it starts over'; without orbax."""
-  steps = [int(p.name) for p in (pathlib.Path(workdir) / "checkpoints").glob("*") if p.name.isdigit()]
-  return f"step {max(steps)}" if steps else "none yet: it starts over"
+  """'step N' of the newest step folder of `workdir`, or 'none yet: it starts over': from the file system, without
+  orbax (an interrupt may have stopped its manager inside a save)."""
+  from pncnn_jax.checkpoints import manager  # pylint: disable=g-import-not-at-top
+  steps = manager.step_folders(workdir)
+  return f"step {steps[-1]}" if steps else "none yet: it starts over"
 
 
 def _fail(error, status: int) -> None:

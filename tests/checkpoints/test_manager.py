@@ -117,7 +117,7 @@ def test_crash_during_save_leaves_run_resumable(tmp_path):
   assert r.returncode == -9, r.stderr
   entries = sorted(p.name for p in (workdir / "checkpoints").iterdir())
   crashed_mid_save = any("tmp" in e for e in entries)
-  assert "1" in entries
+  assert "1" in entries and manager.step_folders(workdir) == ([1] if crashed_mid_save else [1, 2])
   with manager.Checkpointer(workdir, max_to_keep=3) as ckpt:
     expected = 1 if crashed_mid_save else 2  # 2 only if the write finished before the kill (not seen so far)
     assert ckpt.latest_step() == expected and ckpt.all_steps() == list(range(1, expected + 1))
@@ -138,6 +138,10 @@ def test_stray_tmp_directory_is_ignored(tmp_path):
   stray = workdir / "checkpoints" / "5.orbax-checkpoint-tmp-1700000000"
   (stray / "state").mkdir(parents=True)
   (stray / "state" / "garbage").write_bytes(b"\x00" * 100)
+  (workdir / "checkpoints" / "6").write_text("a file, not a step")
+  # The file-system view (before a run opens orbax: will it resume?) agrees with orbax's, and creates nothing.
+  assert manager.step_folders(workdir) == [4] and manager.step_folders(tmp_path / "none") == []
+  assert not (tmp_path / "none").exists()
   with manager.Checkpointer(workdir) as ckpt:
     assert ckpt.latest_step() == 4 and ckpt.all_steps() == [4]
     state, meta = ckpt.restore("latest")
