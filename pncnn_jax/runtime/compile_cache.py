@@ -14,12 +14,13 @@ the workdir is accepted, which puts the cache in `<workdir>/jax_cache` unless
   - PNCNN_NO_COMPILATION_CACHE=1 (no cache).
 
 eval.py and predict use the cache only when the user sets JAX_COMPILATION_CACHE_DIR (jax reads it itself).
+Entries are a few MB per training program and jax never evicts them: delete the folder to reclaim the space.
 
 A multi-process run on CPU never uses it (`off_for_cpu_collectives`, called by pncnn_jax.runtime.distributed when
-the processes have joined): with jax/jaxlib 0.12.1, a data-parallel training step loaded from the cache hangs in
-gloo's all-reduce in every process, with no timeout, where the same program compiled afresh runs (0.12.0.1 runs
-both). Such a run compiles its programs at every start instead.
-Entries are a few MB per training program and jax never evicts them: delete the folder to reclaim the space.
+the processes have joined): there collectives go through gloo, and with jax/jaxlib 0.12.1 a data-parallel training
+step loaded from the cache waits in gloo's all-reduce in every process forever (a resumed run hangs at its first
+step), where the same program compiled afresh runs (0.12.0.1 runs both). Such a run compiles its programs at every
+start instead. Single-process runs, and multi-process runs on GPU or TPU (no gloo), keep the cache.
 """
 
 from __future__ import annotations
@@ -56,13 +57,9 @@ def enable(workdir: str | os.PathLike, environ: Mapping[str, str] | None = None)
 
 
 def off_for_cpu_collectives() -> bool:
-  """Turns jax's persistent compilation cache off in a multi-process run on CPU, whatever the user or `enable` set
-  (call it after `jax.distributed.initialize`, before the first compilation); returns whether it did.
-
-  Why: there, collectives go through gloo, and with jax/jaxlib 0.12.1 a program with cross-process all-reduces
-  loaded from the cache (a data-parallel training step: 2 processes, the second start of the same run) waits in
-  gloo's all-reduce in every process forever; compiled afresh it runs. A resumed run would hang at its first step.
-  Single-process runs, and multi-process runs on GPU or TPU (no gloo), keep the cache."""
+  """Turns jax's persistent compilation cache off in a multi-process run on CPU (why: the module docstring), whatever
+  the user or `enable` set; returns whether it did. Call it after `jax.distributed.initialize` and before the first
+  compilation (jax decides once per process whether it uses the cache)."""
   import jax  # pylint: disable=g-import-not-at-top
 
   if jax.process_count() == 1 or jax.default_backend() != "cpu":
